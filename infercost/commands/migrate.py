@@ -1,0 +1,25 @@
+"""``infercost migrate``: apply the numbered schema migrations."""
+
+from __future__ import annotations
+
+import click
+
+from infercost.settings import load_settings
+
+
+@click.command(name="migrate")
+@click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
+@click.option("--retention-days", type=int, default=None, help="TTL of raw spans and metric points, days.")
+def command(clickhouse_url, retention_days):
+    """Create or upgrade the ClickHouse schema. Running it twice changes nothing."""
+    from schema.migrate import MigrationError, migrate
+    from schema.store import StoreError, connect
+
+    settings = load_settings(clickhouse_url=clickhouse_url, retention_days=retention_days)
+    try:
+        store = connect(settings.store_url, settings.database)
+        applied = migrate(store, settings.retention_days, progress=lambda name: click.echo(f"applied {name}"))
+    except (MigrationError, StoreError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"schema up to date in {settings.store_url} database {settings.database} "
+               f"({len(applied)} migration(s) applied)")

@@ -1,0 +1,71 @@
+"""Service settings, read from the environment (prefix ``INFERCOST_``) and an optional ``.env``.
+
+Every field documents its default. ``infercost/`` is the only package that reads settings; the
+modules below it (serving, collectors, schema, alerts, app) take plain arguments, so they can be
+used and tested without the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DATA_DIR = Path(".infercost")
+
+
+class Settings(BaseSettings):
+    """All of infercost's settings; see the README's configuration reference."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERCOST_", env_file=".env", extra="ignore")
+
+    data_dir: Path = Field(
+        DEFAULT_DATA_DIR,
+        description="Local state: the embedded store, the receiver's spool. Default .infercost/.",
+    )
+    clickhouse_url: str = Field(
+        "",
+        description=(
+            "Store URL. Default chdb://<data_dir>/clickhouse (embedded chDB). Also chdb://memory, "
+            "http(s)://user:pass@host:8123/db for a ClickHouse server."
+        ),
+    )
+    database: str = Field("infercost", description="ClickHouse database holding every table.")
+    retention_days: int = Field(30, ge=1, description="TTL of raw spans and metric points, days.")
+
+    receiver_host: str = Field("127.0.0.1", description="OTLP/HTTP receiver bind address.")
+    receiver_port: int = Field(4318, ge=1, le=65535, description="OTLP/HTTP receiver port (OTLP default 4318).")
+    ingest_token: str = Field("", description="If set, the receiver requires 'Authorization: Bearer <token>'.")
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Max request body after decompression (OTLP spec: 64 MiB).")
+    batch_max_rows: int = Field(5000, ge=1, description="Writer flushes at this many rows ...")
+    batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
+    queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")
+    spool_max_bytes: int = Field(1024 * 1024 * 1024, ge=0, description="On-disk spool cap (store down); beyond it: 503.")
+
+    fleet_file: Path = Field(Path("fleet.yaml"), description="GPU prices, replica inventory, weights, SLOs.")
+    dashboard_host: str = Field("127.0.0.1", description="Dashboard bind address.")
+    dashboard_port: int = Field(8501, ge=1, le=65535, description="Dashboard port (Streamlit default).")
+
+    @field_validator("database")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        from schema.store import validate_identifier
+
+        return validate_identifier(value)
+
+    @property
+    def store_url(self) -> str:
+        """The effective store URL: ``clickhouse_url`` or the embedded default under ``data_dir``."""
+        if self.clickhouse_url:
+            return self.clickhouse_url
+        return f"chdb://{(self.data_dir / 'clickhouse').resolve()}"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.data_dir / "spool"
+
+
+def load_settings(**overrides) -> Settings:
+    """Settings from the environment, with explicit overrides (CLI flags) on top."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,117 @@
+"""Numbered ``.sql`` migrations, applied in order and recorded in ``schema_migrations``.
+
+Files are ``schema/migrations/NNNN_<verb>_<object>.sql``; never edit one that has shipped, add
+the next number instead. Statements are separated by ``;`` at the end of a line. The only
+template value is ``{{retention_days}}`` (an integer, validated), since TTLs cannot be bound
+parameters. Applying twice changes nothing: applied versions are skipped and the DDL itself uses
+``IF NOT EXISTS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from schema.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+_VERSION_TABLE_DDL = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version UInt32,
+    name String,
+    checksum String,
+    applied_at DateTime64(3, 'UTC') DEFAULT now64(3)
+) ENGINE = MergeTree() ORDER BY version
+"""
+
+
+class MigrationError(Exception):
+    """A migration statement failed; the message names the file, the statement number and its start."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+    def statements(self, retention_days: int) -> list[str]:
+        """The file's statements, with ``{{retention_days}}`` filled in."""
+        text = self.path.read_text()
+        text = text.replace("{{retention_days}}", str(int(retention_days)))
+        parts = re.split(r";[ \t]*(?:\n|$)", text)
+        out = []
+        for part in parts:
+            body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
+            if body:
+                out.append(body)
+        return out
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+
+def discover(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """All migrations in ``directory`` sorted by version; raises MigrationError on a bad name or a duplicate number."""
+    found: dict[int, Migration] = {}
+    for path in sorted(directory.glob("*.sql")):
+        match = _NAME.match(path.name)
+        if not match:
+            raise MigrationError(f"{path.name}: migration files are named NNNN_<verb>_<object>.sql")
+        version = int(match.group(1))
+        if version in found:
+            raise MigrationError(f"{path.name}: version {version} is also used by {found[version].name}")
+        found[version] = Migration(version, path.name, path)
+    return [found[v] for v in sorted(found)]
+
+
+def applied_versions(store: Store) -> set[int]:
+    store.command(_VERSION_TABLE_DDL, tag="migrate.version_table")
+    rows = store.query("SELECT version FROM schema_migrations", tag="migrate.applied").result_rows
+    return {int(r[0]) for r in rows}
+
+
+def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None) -> list[str]:
+    """Apply every pending migration in order.
+
+    Args:
+        store: the store, bound to our database.
+        retention_days: TTL of raw spans and metric points, in days (> 0).
+        directory: where the ``.sql`` files are.
+        progress: optional callable(str) told about each applied file.
+
+    Returns:
+        Names of the migrations applied now (empty when up to date).
+
+    Raises:
+        MigrationError: naming the file, the statement number and its first line.
+    """
+    if int(retention_days) <= 0:
+        raise MigrationError(f"retention_days must be > 0, got {retention_days}")
+    done = applied_versions(store)
+    applied = []
+    for migration in discover(directory):
+        if migration.version in done:
+            continue
+        for index, statement in enumerate(migration.statements(retention_days), start=1):
+            try:
+                store.command(statement, tag=f"migrate.{migration.version:04d}")
+            except StoreError as exc:
+                first = statement.splitlines()[0][:120]
+                raise MigrationError(
+                    f"{migration.name}, statement {index} ({first!r}): {exc}"
+                ) from exc
+        store.insert("schema_migrations", [[migration.version, migration.name, migration.checksum]],
+                     ["version", "name", "checksum"], tag="migrate.record")
+        applied.append(migration.name)
+        if progress:
+            progress(migration.name)
+    return applied

@@ -1,0 +1,80 @@
+"""Shared fixtures: the embedded ClickHouse store (chDB), one fresh database per test.
+
+chDB allows one engine per process, so this process always uses the in-memory engine
+(``chdb://memory``) and isolates tests by database. A test that needs a store in another process
+(a receiver killed with SIGKILL) gives that process its own directory under ``tmp_path`` and reads
+it back from a subprocess, never from this one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+ARTIFACTS = ROOT / "tests" / "artifacts"
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def new_store(migrated: bool = True):
+    from schema.migrate import migrate
+    from schema.store import connect
+
+    store = connect("chdb://memory", f"t_{uuid.uuid4().hex[:12]}")
+    if migrated:
+        migrate(store, retention_days=3650)
+    return store
+
+
+def drop_store(store) -> None:
+    try:
+        store.command(f"DROP DATABASE IF EXISTS `{store.database}` SYNC", tag="test.drop")
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def store():
+    """A migrated store in a fresh database of the in-memory chDB engine."""
+    s = new_store()
+    yield s
+    drop_store(s)
+
+
+@pytest.fixture
+def empty_store():
+    """A fresh database with no tables."""
+    s = new_store(migrated=False)
+    yield s
+    drop_store(s)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data``: the public serving traces (read in place, never copied)."""
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"shared data folder not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """A folder for test artifacts (screenshots), git-ignored."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch):
+    # Loopback traffic must never go through a proxy from the environment.
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    os.environ.setdefault("INFERCOST_DATA_DIR", str(ROOT / ".infercost" / "test"))

@@ -1,0 +1,89 @@
+"""Migrations, the exporter-compatible DDL and the llm_calls view, on the embedded store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schema.migrate import MigrationError, discover, migrate
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _columns(store, table):
+    rows = store.query(
+        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+        {"db": store.database, "t": table}, tag="test.columns").result_rows
+    return [[name, type_] for name, type_ in rows]
+
+
+def _expected(spec, table):
+    out = []
+    for item in spec[table]:
+        out.extend(spec[item] if isinstance(item, str) else [item])
+    return out
+
+
+def test_migrate_twice_changes_nothing(empty_store):
+    first = migrate(empty_store, retention_days=7)
+    assert first == [m.name for m in discover()]
+    tables_before = empty_store.query("SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
+                                      {"db": empty_store.database}, tag="t").result_rows
+    assert migrate(empty_store, retention_days=7) == []
+    tables_after = empty_store.query("SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
+                                     {"db": empty_store.database}, tag="t").result_rows
+    assert tables_before == tables_after
+    versions = empty_store.query("SELECT version FROM schema_migrations ORDER BY version", tag="t").result_rows
+    assert [v for (v,) in versions] == [m.version for m in discover()]
+
+
+def test_database_engine_is_atomic(store):
+    engine = store.scalar("SELECT engine FROM system.databases WHERE name = {db:String}", {"db": store.database}, tag="t")
+    assert engine == "Atomic"
+
+
+@pytest.mark.parametrize("table", ["otel_traces", "otel_traces_trace_id_ts", "otel_metrics_gauge",
+                                   "otel_metrics_sum", "otel_metrics_histogram"])
+def test_exporter_tables_match_exporter_columns(store, table):
+    spec = json.loads((FIXTURES / "exporter_columns.json").read_text())
+    expected = _expected(spec, table)
+    if table.startswith("otel_metrics"):
+        expected = spec["metrics_common"] + expected
+    assert _columns(store, table) == expected
+
+
+def test_exporter_keys_codecs_and_ttl(store):
+    spec = json.loads((FIXTURES / "exporter_columns.json").read_text())
+    for table, key in spec["sorting_keys"].items():
+        row = store.query("SELECT sorting_key, partition_key FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+                          {"db": store.database, "t": table}, tag="t").result_rows[0]
+        assert row[0] == key
+        assert row[1] == spec["partition_keys"][table]
+    ddl = store.scalar("SHOW CREATE TABLE otel_traces", tag="t")
+    for column, codec in spec["otel_traces_codecs"].items():
+        assert f"`{column}`" in ddl and codec in ddl.split(f"`{column}`", 1)[1].split("\n", 1)[0]
+    assert "TTL toDateTime(Timestamp) + toIntervalDay(3650)" in ddl
+    assert "ttl_only_drop_parts = 1" in ddl
+    for index in ("idx_trace_id", "idx_res_attr_key", "idx_span_attr_value", "idx_duration"):
+        assert f"INDEX {index}" in ddl
+
+
+def test_failed_migration_names_file_and_statement(empty_store, tmp_path):
+    (tmp_path / "0001_create_ok.sql").write_text("CREATE TABLE IF NOT EXISTS ok1 (a UInt8) ENGINE = MergeTree ORDER BY a;\n")
+    (tmp_path / "0002_create_broken.sql").write_text(
+        "CREATE TABLE IF NOT EXISTS ok2 (a UInt8) ENGINE = MergeTree ORDER BY a;\nCREATE TABLE broken (a NoSuchType) ENGINE = Memory;\n")
+    with pytest.raises(MigrationError) as info:
+        migrate(empty_store, directory=tmp_path)
+    message = str(info.value)
+    assert "0002_create_broken.sql" in message and "statement 2" in message and "NoSuchType" in message
+    # The good migration stays recorded; the broken one is retried next time.
+    versions = empty_store.query("SELECT version FROM schema_migrations", tag="t").result_rows
+    assert versions == [(1,)]
+
+
+def test_bad_migration_name_is_refused(tmp_path, empty_store):
+    (tmp_path / "1_bad.sql").write_text("SELECT 1;")
+    with pytest.raises(MigrationError, match="NNNN_"):
+        migrate(empty_store, directory=tmp_path)

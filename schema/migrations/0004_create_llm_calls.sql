@@ -2,8 +2,10 @@
 -- gen_ai.usage.prompt_tokens/completion_tokens names and the semconv input/output names), and the
 -- gateway's and client's GenAI call spans. Filled on insert into otel_traces; attribute values
 -- that do not parse become NULL (the *OrNull functions), never a failed insert.
--- call_source: 'engine' (the evidence of GPU work), 'gateway', 'client' (task context, hidden
--- retries, and the only evidence when a crashed replica never exported its spans).
+-- call_source: 'engine' (the evidence of GPU work), 'gateway' (one upstream attempt of the
+-- gateway: spans with gateway.attempt), 'client' (one attempt of the task SDK's client). Gateway
+-- and client rows give task context, hidden retries, and the only evidence of work when a crashed
+-- replica never exported its spans. See docs/telemetry.md for the span contract.
 CREATE TABLE IF NOT EXISTS llm_calls (
     start_time DateTime64(9) CODEC(Delta(8), ZSTD(1)),
     end_time DateTime64(9) CODEC(Delta(8), ZSTD(1)),
@@ -67,7 +69,7 @@ FROM (
             SpanName = 'llm_request'
                 OR (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e')),
             'engine',
-            mapContains(SpanAttributes, 'gateway.policy'), 'gateway',
+            mapContains(SpanAttributes, 'gateway.attempt'), 'gateway',
             'client') AS call_source,
         ServiceName AS service_name,
         SpanName AS span_name,
@@ -113,6 +115,6 @@ FROM (
     FROM otel_traces
     WHERE SpanName = 'llm_request'
        OR (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e'))
-       OR mapContains(SpanAttributes, 'gateway.policy')
+       OR mapContains(SpanAttributes, 'gateway.attempt')
        OR (SpanKind IN ('Client', 'SPAN_KIND_CLIENT') AND mapContains(SpanAttributes, 'gen_ai.operation.name'))
 );

@@ -1,0 +1,59 @@
+"""The production deployment files parse and wire the parts as the README says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+DOCKER = Path(__file__).resolve().parents[1] / "docker"
+
+
+def _compose():
+    return yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
+
+
+def test_compose_services_and_dependencies():
+    services = _compose()["services"]
+    assert {"clickhouse", "migrate", "otel-collector", "vllm-0", "gateway", "infercost", "infercost-receiver"} <= set(services)
+    assert services["clickhouse"]["image"].startswith("clickhouse/clickhouse-server:")
+    assert services["otel-collector"]["image"].startswith("otel/opentelemetry-collector-contrib:")
+    assert services["migrate"]["command"] == ["infercost", "migrate"]
+    # Nothing writes before the schema exists.
+    for name in ("otel-collector", "infercost", "infercost-receiver"):
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert services["infercost-receiver"]["profiles"] == ["own-receiver"]
+
+
+def test_vllm_has_tracing_on_and_names_its_replica():
+    vllm = _compose()["services"]["vllm-0"]
+    assert any(arg.startswith("--otlp-traces-endpoint=http://otel-collector:4318") for arg in vllm["command"])
+    env = vllm["environment"]
+    assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    attrs = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"].split(","))
+    assert attrs["service.instance.id"] == "vllm-0" and attrs["gpu.type"] == "H100" and attrs["gpu.count"] == "1"
+
+
+def test_collector_writes_our_tables_without_creating_schema():
+    config = yaml.safe_load((DOCKER / "otel-collector.yaml").read_text())
+    exporter = config["exporters"]["clickhouse"]
+    assert exporter["create_schema"] is False
+    assert exporter["database"] == "infercost"
+    assert exporter["traces_table_name"] == "otel_traces"
+    assert {k: v["name"] for k, v in exporter["metrics_tables"].items()} == {
+        "gauge": "otel_metrics_gauge", "sum": "otel_metrics_sum", "histogram": "otel_metrics_histogram"}
+    # Back-pressure, not drops, when ClickHouse is slow.
+    assert exporter["sending_queue"]["block_on_overflow"] is True
+    assert exporter["sending_queue"]["batch"]["min_size"] >= 5000
+    pipelines = config["service"]["pipelines"]
+    assert pipelines["traces"]["receivers"] == ["otlp"] and pipelines["traces"]["exporters"] == ["clickhouse"]
+    assert "prometheus" in pipelines["metrics"]["receivers"]
+    scrape = config["receivers"]["prometheus"]["config"]["scrape_configs"][0]
+    assert scrape["static_configs"][0]["targets"] == ["vllm-0:8000"]
+    assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
+
+
+def test_dockerfile_installs_every_package():
+    text = (DOCKER / "Dockerfile").read_text()
+    for package in ("infercost", "serving", "collectors", "schema", "alerts", "app"):
+        assert f"COPY {package} ./{package}" in text

@@ -1,0 +1,210 @@
+"""Weekly review: ISO weeks, the driver decomposition, formatting, schedule and delivery."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+from datetime import date, datetime, timezone
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from app.review import fmt
+from app.review.drivers import Factor, decompose, log_mean, segment_factors
+from app.review.model import Figure
+from app.review.schedule import SmtpTarget, deliver, next_run
+from app.review.weeks import BadWeek, IsoWeek, last_complete_week, parse_week, week_of
+
+
+def test_iso_week_bounds_and_previous():
+    w = parse_week("2026-W48")
+    assert w.start == datetime(2026, 11, 23, tzinfo=timezone.utc)
+    assert w.end == datetime(2026, 11, 30, tzinfo=timezone.utc)
+    assert w.previous() == IsoWeek(2026, 47)
+    assert w.previous().start == datetime(2026, 11, 16, tzinfo=timezone.utc)
+    # 2026 has 53 ISO weeks (Dec 28 2026 is in W53); 2027-W01 starts Monday 2027-01-04.
+    assert parse_week("2027-W01").previous().label == "2026-W53"
+    assert parse_week("2027-W01").start == datetime(2027, 1, 4, tzinfo=timezone.utc)
+    # 2025-W01 starts in December 2024.
+    assert parse_week("2025w1").start == datetime(2024, 12, 30, tzinfo=timezone.utc)
+    assert week_of(datetime(2026, 11, 29, 23, 59)).label == "2026-W48"
+    assert week_of(date(2026, 11, 30)).label == "2026-W49"
+    assert last_complete_week(datetime(2026, 11, 30, 6, 0)).label == "2026-W48"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("2026-48", "expected YYYY-Www"),
+    ("", "expected YYYY-Www"),
+    ("2025-W53", "2025 has ISO weeks 1..52"),
+    ("2026-W00", "1..53"),
+    ("last week", "not an ISO week"),
+])
+def test_bad_week_strings_are_clear(text, message):
+    with pytest.raises(BadWeek, match=message):
+        parse_week(text)
+
+
+def test_figure_wow():
+    assert Figure(1.1, 1.0).wow == pytest.approx(0.1)
+    assert Figure(0.5, 1.0).delta == -0.5
+    assert Figure(1.0, 0.0).wow is None
+    assert Figure(None, 1.0).wow is None
+
+
+def test_lmdi_decomposition_is_exact_and_hand_checked():
+    # cost = volume x price: 100 tasks at $2 -> 120 tasks at $2.5; $200 -> $300.
+    factors = [Factor("volume", "tasks", 120, 100), Factor("price", "USD", 2.5, 2.0)]
+    drivers, residual = decompose(300.0, 200.0, factors)
+    weight = (300 - 200) / (math.log(300) - math.log(200))  # 246.6303...
+    assert weight == pytest.approx(246.630346, rel=1e-6)
+    assert drivers[0].contribution_usd == pytest.approx(weight * math.log(1.2))  # 44.966
+    assert drivers[1].contribution_usd == pytest.approx(weight * math.log(1.25))  # 55.034
+    assert drivers[0].contribution_usd == pytest.approx(44.9660, abs=1e-3)
+    assert residual == 0.0
+    assert sum(d.contribution_usd for d in drivers) == pytest.approx(100.0)
+    assert log_mean(3.0, 3.0) == 3.0
+
+
+def test_decompose_new_segment_goes_to_fallback():
+    drivers, residual = decompose(50.0, 0.0, [Factor("volume", "tasks", 10, 0), Factor("price", "USD", 5, None)],
+                                  fallback="volume")
+    assert drivers[0].contribution_usd == 50.0 and drivers[1].contribution_usd == 0.0 and residual == 0.0
+    drivers, residual = decompose(50.0, 0.0, [Factor("price", "USD", 5, None)])
+    assert residual == 50.0
+
+
+def test_segment_factors_multiply_to_cost_and_explain_price():
+    # Week 0: 90 of 100 tasks succeed, 150 calls, 300k tokens, $1/GPU-h, cost $30.
+    # Week 1: same work, price doubled: cost $60. Everything but price is flat.
+    kw = dict(succ_last=90, tasks_last=100, calls_last=150, tokens_last=300_000, price_last=1.0, cost_last=30.0,
+              succ_this=90, tasks_this=100, calls_this=150, tokens_this=300_000, price_this=2.0, cost_this=60.0)
+    factors = segment_factors(**kw)
+    for side in ("this", "last"):
+        product = math.prod(getattr(f, f"value_{side}") for f in factors)
+        assert product == pytest.approx(kw[f"cost_{side}"])
+    drivers, residual = decompose(60.0, 30.0, factors)
+    by = {d.name: d.contribution_usd for d in drivers}
+    assert by["price"] == pytest.approx(30.0)
+    assert all(abs(v) < 1e-9 for k, v in by.items() if k != "price")
+    failure = next(d for d in drivers if d.name == "failure rate")
+    assert failure.this == pytest.approx(0.1)
+
+
+def test_formatting():
+    assert fmt.usd(1234.5) == "$1,234.50"
+    assert fmt.usd(0.01234) == "$0.0123"
+    assert fmt.usd(None) == "—"
+    assert fmt.wow(0.1234) == "+12.3 %"
+    assert fmt.wow(None) == "n/a"
+    assert fmt.pct(0.5) == "50.0 %"
+    assert fmt.tokens(2_500_000) == "2.50 M"
+    assert fmt.seconds(3725) == "1 h 02 min"
+    assert fmt.usd_delta(-0.004) == "-$0.0040"
+
+
+def test_next_run_is_next_monday_morning():
+    assert next_run(datetime(2026, 11, 29, 12, 0)) == datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
+    # exactly at the run time: the next one is a week later
+    assert next_run(datetime(2026, 11, 30, 6, 0)) == datetime(2026, 12, 7, 6, 0, tzinfo=timezone.utc)
+    assert next_run(datetime(2026, 11, 30, 5, 59)) == datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)
+    assert next_run(datetime(2026, 11, 30, 7, 0), weekday=2, hour=9) == datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
+    with pytest.raises(ValueError, match="weekday"):
+        next_run(datetime(2026, 11, 30), weekday=7)
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Hook.received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+class _FakeSmtp(threading.Thread):
+    """A minimal SMTP server on 127.0.0.1 (just enough of RFC 5321 for smtplib) that keeps the DATA."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = self.sock.getsockname()[1]
+        self.data = b""
+        self.rcpt: list[str] = []
+
+    def run(self):
+        conn, _ = self.sock.accept()
+        f = conn.makefile("rb")
+        conn.sendall(b"220 fake ESMTP\r\n")
+        while True:
+            line = f.readline()
+            if not line:
+                break
+            cmd = line.decode().strip().upper()
+            if cmd.startswith("EHLO") or cmd.startswith("HELO"):
+                conn.sendall(b"250-fake\r\n250 8BITMIME\r\n")
+            elif cmd.startswith("RCPT"):
+                self.rcpt.append(line.decode().strip())
+                conn.sendall(b"250 ok\r\n")
+            elif cmd == "DATA":
+                conn.sendall(b"354 go\r\n")
+                while (chunk := f.readline()) != b".\r\n":
+                    self.data += chunk
+                conn.sendall(b"250 queued\r\n")
+            elif cmd == "QUIT":
+                conn.sendall(b"221 bye\r\n")
+                break
+            else:
+                conn.sendall(b"250 ok\r\n")
+        conn.close()
+        self.sock.close()
+
+
+def test_deliver_by_webhook_and_smtp(tmp_path):
+    html = tmp_path / "r.html"
+    md = tmp_path / "r.md"
+    html.write_text("<html><body>CPST $1.23</body></html>")
+    md.write_text("# Weekly cost review 2026-W48\nCPST $1.23\n")
+    server = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    smtp = _FakeSmtp()
+    smtp.start()
+    _Hook.received.clear()
+    try:
+        result = deliver(html, md, week="2026-W48", title="Weekly cost review 2026-W48",
+                         webhook_url=f"http://127.0.0.1:{server.server_address[1]}/hook",
+                         smtp=SmtpTarget(host="127.0.0.1", port=smtp.port, starttls=False, to=("finance@example.com",)))
+    finally:
+        server.shutdown()
+    smtp.join(timeout=10)
+    assert result.results == {"webhook": "ok", "smtp": "ok"}
+    assert _Hook.received[0]["week"] == "2026-W48"
+    assert "CPST $1.23" in _Hook.received[0]["text"]
+    assert "finance@example.com" in smtp.rcpt[0]
+    assert b"Subject: Weekly cost review 2026-W48" in smtp.data
+    assert b"text/html" in smtp.data and b"r.html" in smtp.data
+
+
+def test_deliver_reports_failures_and_bad_settings(tmp_path):
+    html = tmp_path / "r.html"
+    md = tmp_path / "r.md"
+    html.write_text("x")
+    md.write_text("x")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()  # nothing listens there now
+    result = deliver(html, md, week="2026-W48", title="t", webhook_url=f"http://127.0.0.1:{port}/",
+                     smtp=SmtpTarget(host="", to=()), timeout_s=2)
+    assert not result.ok
+    assert result.results["webhook"].startswith("ConnectError")
+    assert "SMTP host is empty" in result.results["smtp"] and "no SMTP recipient" in result.results["smtp"]
+    with pytest.raises(ValueError, match="http"):
+        deliver(html, md, week="w", title="t", webhook_url="ftp://x")

@@ -83,3 +83,7 @@ NORMAL_FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "func
 SOURCE_ENGINE = "engine"
 SOURCE_GATEWAY = "gateway"
 SOURCE_CLIENT = "client"
+
+# --- Content capture (opt-in only; serving.sdk records no prompts/completions by default) ------
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"  # JSON of the request messages (GenAI semconv)
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"  # JSON of the completion (GenAI semconv)

@@ -1,0 +1,455 @@
+"""The gateway: an OpenAI-compatible reverse proxy (ASGI) that records what only it sees.
+
+Position: serving (gateway), in front of N vLLM (or emulated) replicas. Per request it
+
+1. extracts ``traceparent`` + ``baggage`` (task context) and opens ``gateway chat`` (SERVER);
+2. runs admission control (:mod:`serving.gateway.admission`): past a priority's cap, 429 +
+   ``Retry-After`` and ``gateway.admission=rejected``;
+3. for each upstream attempt opens ``gateway.attempt`` (CLIENT, child of the request span) and
+   sends ITS context upstream as ``traceparent``, so the engine's ``llm_request`` is its child;
+4. retries on another replica only before the first byte reached the client (connection error,
+   429/5xx, or a stream that died before its first event), under the retry budget
+   (:mod:`serving.gateway.budget`) — each retry is its own ``gateway.attempt`` span;
+5. relays the SSE stream event by event as it arrives (no buffering beyond one event), counting
+   output tokens (:class:`serving.sdk.usage.StreamUsage`); an upstream failure after the first
+   byte ends the client's stream with vLLM's mid-stream error chunk and ``[DONE]``, and both spans
+   record the tokens already streamed.
+
+Span shapes and attribute names: docs/telemetry.md, ``schema.semconv``. ``/metrics`` serves the
+gateway's own Prometheus metrics (:mod:`serving.gateway.stats`); ``/health`` answers 200.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+import httpx
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from schema import semconv as sc
+from serving.gateway.admission import Admission, Rejected
+from serving.gateway.budget import RetryBudget
+from serving.gateway.config import GatewayConfig
+from serving.gateway.routing import Router
+from serving.gateway.scraper import scrape_loop
+from serving.gateway.stats import GatewayStats, make_registry
+from serving.sdk.context import extract, inject_headers, task_attributes
+from serving.sdk.usage import StreamUsage
+
+log = logging.getLogger(__name__)
+
+INSTRUMENTATION_NAME = "infercost.serving.gateway"
+PROXIED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_completion"}
+RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
+# Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
+FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+def error_body(message: str, err_type: str, code: int) -> bytes:
+    """vLLM's error object (entrypoints/openai ErrorResponse): ``{"error": {message, type, param, code}}``."""
+    return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": code}}).encode()
+
+
+def midstream_error_event(message: str) -> bytes:
+    """The chunk vLLM sends when a stream fails after HTTP 200, followed by ``[DONE]``."""
+    return b"data: " + error_body(message, "InternalServerError", 500) + b"\n\ndata: [DONE]\n\n"
+
+
+class _AttemptFailed(Exception):
+    def __init__(self, error_type: str, status: int | None, retryable: bool, body: bytes = b"", headers=None):
+        super().__init__(error_type)
+        self.error_type, self.status, self.retryable, self.body = error_type, status, retryable, body
+        self.headers = headers or {}
+
+
+class Gateway:
+    """The ASGI application. ``await start()`` / ``await stop()`` (or ASGI lifespan) manage the upstream client.
+
+    config: validated here (ValueError lists every problem). tracer_provider: where spans go
+    (default global). Attributes ``stats``, ``router``, ``budget``, ``admission`` are live state
+    (tests and the benchmark read them).
+    """
+
+    def __init__(self, config: GatewayConfig, tracer_provider: trace.TracerProvider | None = None):
+        config.validate()
+        self.config = config
+        self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        self.router = Router(config.upstreams, config.policy, config.eject_after_failures, config.eject_s)
+        self.budget = RetryBudget(config.retry_budget_ratio, config.retry_budget_window_s, config.retry_budget_min)
+        self.admission = Admission(config.queue_caps, config.default_queue_cap, config.retry_after_s,
+                                   config.max_inflight, config.priorities_order)
+        self.stats = GatewayStats()
+        self.registry = make_registry(self.stats, self.router, self.admission)
+        self.client: httpx.AsyncClient | None = None
+        self._scraper: asyncio.Task | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self.client is not None:
+            return
+        timeout = httpx.Timeout(connect=self.config.connect_timeout_s, read=self.config.read_timeout_s,
+                                write=self.config.read_timeout_s, pool=None)
+        # trust_env=False: an HTTP(S)_PROXY in the environment must never sit between us and replicas.
+        self.client = httpx.AsyncClient(timeout=timeout, trust_env=False,
+                                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=4096))
+        if self.config.policy == "least_loaded":
+            self._scraper = asyncio.create_task(scrape_loop(self.client, self.router, self.config.scrape_interval_s),
+                                                name="gateway-scraper")
+
+    async def stop(self) -> None:
+        if self._scraper is not None:
+            self._scraper.cancel()
+            try:
+                await self._scraper
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                pass
+            self._scraper = None
+        if self.client is not None:
+            await self.client.aclose()
+            self.client = None
+
+    # --- ASGI ----------------------------------------------------------------------------------
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "POST" and path in PROXIED_PATHS:
+            if self.client is None:
+                await self.start()
+            await self._proxy(scope, receive, send, PROXIED_PATHS[path])
+        elif path == "/metrics":
+            await _respond(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
+        elif path in ("/health", "/healthz"):
+            await _respond(send, 200, b'{"status":"ok"}')
+        elif method == "GET" and path == "/v1/models":
+            await self._models(send)
+        else:
+            await _respond(send, 404, error_body(f"no route for {method} {path}", "NotFoundError", 404))
+
+    async def _lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _models(self, send):
+        if self.client is None:
+            await self.start()
+        replica = self.router.choose()
+        try:
+            resp = await self.client.get(replica.upstream.url + "/v1/models")
+            await _respond(send, resp.status_code, resp.content)
+        except httpx.HTTPError as exc:
+            await _respond(send, 502, error_body(f"replica {replica.replica_id}: {exc!r}", "BadGatewayError", 502))
+
+    # --- the proxy -----------------------------------------------------------------------------
+    async def _proxy(self, scope, receive, send, operation: str):
+        received_at = time.monotonic()
+        body = await _read_body(receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        ctx = extract(headers)
+        task_attrs = task_attributes(ctx)
+        cfg, stats = self.config, self.stats
+        priority = task_attrs.get(sc.TENANT_PRIORITY) or headers.get("x-priority") or cfg.default_priority
+        attrs = {sc.GEN_AI_OPERATION_NAME: operation, sc.GATEWAY_POLICY: cfg.policy, **task_attrs}
+        span = self.tracer.start_span("gateway chat", kind=SpanKind.SERVER, context=ctx, attributes=attrs)
+        try:
+            try:
+                request = json.loads(body)
+                if not isinstance(request, dict):
+                    raise ValueError("the body must be a JSON object")
+            except ValueError as exc:
+                span.set_attribute(sc.ERROR_TYPE, "invalid_request")
+                span.set_status(Status(StatusCode.ERROR, "invalid JSON body"))
+                await _respond(send, 400, error_body(f"invalid JSON body: {exc}", "BadRequestError", 400))
+                return
+            model = request.get("model")
+            stream = bool(request.get("stream"))
+            if model:
+                span.set_attribute(sc.GEN_AI_REQUEST_MODEL, str(model))
+            span.set_attribute(sc.GEN_AI_REQUEST_STREAM, stream)
+            try:
+                await self.admission.acquire(priority)
+            except Rejected as rej:
+                stats.rejections[priority] += 1
+                stats.requests[(cfg.policy, "rejected")] += 1
+                span.set_attribute(sc.GATEWAY_ADMISSION, "rejected")
+                span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 429)
+                span.set_attribute(sc.ERROR_TYPE, "admission_rejected")
+                span.set_status(Status(StatusCode.ERROR, str(rej)))
+                await _respond(send, 429, error_body(str(rej), "RateLimitError", 429),
+                               extra=[(b"retry-after", _retry_after(rej.retry_after_s))])
+                return
+            span.set_attribute(sc.GATEWAY_ADMISSION, "admitted")
+            try:
+                await self._attempts(send, span, ctx, headers, body, model, stream, task_attrs, received_at, receive,
+                                     operation)
+            finally:
+                self.admission.release(priority)
+        finally:
+            span.end()
+
+    async def _attempts(self, send, span, ctx, headers, body, model, stream, task_attrs, received_at, receive, operation):
+        cfg, stats, router = self.config, self.stats, self.router
+        self.budget.record_request()
+        tried: set[str] = set()
+        base_headers = {k: headers[k] for k in FORWARD_HEADERS if k in headers}
+        # Baggage goes upstream unchanged (vLLM ignores it; another proxy may not).
+        parent_ctx = trace.set_span_in_context(span, ctx)
+        task_id = task_attrs.get(sc.TASK_ID)
+        retries = 0
+        failure: _AttemptFailed | None = None
+        for attempt in range(1, cfg.max_attempts + 1):
+            if attempt > 1:
+                if len(tried) >= len(router.replicas):
+                    break  # every replica already failed this request
+                # Ask the budget before choosing, so a denied retry does not advance round-robin.
+                if not self.budget.try_retry():
+                    stats.retries_denied += 1
+                    break
+                retries += 1
+                stats.retries += 1
+            replica = router.choose(task_id, tried)
+            if replica is None:
+                break
+            tried.add(replica.replica_id)
+            aattrs = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica.replica_id, sc.GATEWAY_POLICY: cfg.policy,
+                      sc.GEN_AI_OPERATION_NAME: operation, **task_attrs}
+            if model:
+                aattrs[sc.GEN_AI_REQUEST_MODEL] = str(model)
+            aspan = self.tracer.start_span("gateway.attempt", kind=SpanKind.CLIENT, context=parent_ctx, attributes=aattrs)
+            up_headers = dict(base_headers)
+            inject_headers(up_headers, trace.set_span_in_context(aspan, ctx))
+            span.set_attribute(sc.GATEWAY_REPLICA, replica.replica_id)
+            span.set_attribute(sc.GATEWAY_RETRIES, retries)
+            replica.inflight += 1
+            try:
+                outcome = await self._one_attempt(send, span, aspan, replica, up_headers, body, stream, received_at, receive,
+                                                  operation)
+            except _AttemptFailed as exc:
+                failure = exc
+                router.record_result(replica, ok=False)
+                stats.attempts[(replica.replica_id, "error")] += 1
+                _end_error(aspan, exc.error_type, exc.status)
+                if not exc.retryable:
+                    break
+                continue
+            finally:
+                replica.inflight -= 1
+            # Committed: the client has bytes; no more retries whatever happens.
+            ok = outcome is None
+            router.record_result(replica, ok=ok)
+            stats.attempts[(replica.replica_id, "ok" if ok else "error")] += 1
+            stats.requests[(cfg.policy, "ok" if ok else outcome)] += 1
+            if ok:
+                span.set_status(Status(StatusCode.OK))
+            else:
+                span.set_status(Status(StatusCode.ERROR, outcome))
+                span.set_attribute(sc.ERROR_TYPE, outcome)
+            return
+        # No attempt reached the client: relay the last upstream answer, or 502/503.
+        span.set_attribute(sc.GATEWAY_RETRIES, retries)
+        if failure is None:
+            stats.requests[(cfg.policy, "no_replica")] += 1
+            span.set_status(Status(StatusCode.ERROR, "no replica available"))
+            span.set_attribute(sc.ERROR_TYPE, "no_replica")
+            await _respond(send, 503, error_body("no replica available", "ServiceUnavailableError", 503),
+                           extra=[(b"retry-after", _retry_after(cfg.retry_after_s))])
+            return
+        stats.requests[(cfg.policy, "upstream_error")] += 1
+        span.set_attribute(sc.ERROR_TYPE, failure.error_type)
+        span.set_status(Status(StatusCode.ERROR, failure.error_type))
+        if failure.status is not None and failure.body:
+            status, payload = failure.status, failure.body
+        else:
+            status = 502
+            payload = error_body(f"upstream failed: {failure.error_type}", "BadGatewayError", 502)
+        span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
+        extra = [(b"retry-after", failure.headers["retry-after"].encode())] if "retry-after" in failure.headers else []
+        await _respond(send, status, payload, extra=extra)
+
+    async def _one_attempt(self, send, span, aspan, replica, up_headers, body, stream, received_at, receive,
+                           operation) -> str | None:
+        """Run one upstream attempt. Raises _AttemptFailed before the first byte reached the client;
+        after that returns None (clean end) or an error.type (the stream broke)."""
+        url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
+        try:
+            resp = await self.client.send(self.client.build_request("POST", url, content=body, headers=up_headers),
+                                          stream=True)
+        except httpx.TimeoutException as exc:
+            raise _AttemptFailed("timeout", None, True) from exc
+        except httpx.HTTPError as exc:
+            raise _AttemptFailed("connection_error", None, True) from exc
+        status = resp.status_code
+        aspan.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
+        try:
+            if status >= 400:
+                payload = await _read_quietly(resp)
+                raise _AttemptFailed(f"http.{status}", status, status in RETRYABLE_STATUS, payload,
+                                     {k.lower(): v for k, v in resp.headers.items() if k.lower() == "retry-after"})
+            if not stream:
+                try:
+                    payload = await resp.aread()
+                except httpx.HTTPError as exc:
+                    raise _AttemptFailed("stream_broken", status, True) from exc
+                return await self._relay_whole(send, span, aspan, status, payload, received_at)
+            return await self._relay_stream(send, span, aspan, resp, received_at, receive, replica.replica_id)
+        finally:
+            await resp.aclose()
+
+    async def _relay_whole(self, send, span, aspan, status, payload, received_at) -> None:
+        usage = StreamUsage()
+        try:
+            doc = json.loads(payload)
+            usage.feed({"id": doc.get("id"), "model": doc.get("model"), "usage": doc.get("usage"),
+                        "choices": [{"index": c.get("index", 0), "finish_reason": c.get("finish_reason")}
+                                    for c in doc.get("choices") or ()]})
+        except (ValueError, AttributeError):
+            pass
+        ttft = time.monotonic() - received_at
+        await _respond(send, status, payload)
+        self._finish_ok(span, aspan, usage, status, ttft)
+
+    async def _relay_stream(self, send, span, aspan, resp, received_at, receive, replica_id) -> str | None:
+        usage = StreamUsage()
+        raw = resp.aiter_raw()
+        buf = b""
+        committed = False
+        saw_done = False
+        ttft = None
+        disconnect = asyncio.ensure_future(receive())
+        try:
+            while True:
+                try:
+                    chunk = await raw.__anext__()
+                except StopAsyncIteration:
+                    break
+                except httpx.HTTPError as exc:
+                    if not committed:
+                        raise _AttemptFailed("stream_broken", resp.status_code, True) from exc
+                    return await self._break(send, span, aspan, usage, ttft, "stream_broken",
+                                             f"upstream replica {replica_id} failed mid-stream: {type(exc).__name__}")
+                buf += chunk
+                cut = buf.rfind(b"\n\n")
+                if cut < 0:
+                    continue
+                out, buf = buf[:cut + 2], buf[cut + 2:]
+                for event in out.split(b"\n\n"):
+                    if event.startswith(b"data: "):
+                        data = event[6:]
+                        if data.startswith(b"[DONE]"):
+                            saw_done = True
+                        else:
+                            try:
+                                usage.feed(json.loads(data))
+                            except ValueError:
+                                pass
+                if not committed:
+                    await send({"type": "http.response.start", "status": resp.status_code, "headers": _SSE_HEADERS})
+                    committed = True
+                    ttft = time.monotonic() - received_at
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+                if disconnect.done():
+                    self._finish_error(span, aspan, usage, ttft, "client_disconnect")
+                    return "client_disconnect"
+            if not committed:
+                raise _AttemptFailed("stream_broken", resp.status_code, True)
+            if not saw_done:
+                return await self._break(send, span, aspan, usage, ttft, "stream_broken",
+                                         f"upstream replica {replica_id} closed the stream early")
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if usage.error is not None:
+                self._finish_error(span, aspan, usage, ttft, "stream_error")
+                return "stream_error"
+            self._finish_ok(span, aspan, usage, resp.status_code, ttft)
+            return None
+        finally:
+            disconnect.cancel()
+
+    async def _break(self, send, span, aspan, usage, ttft, error_type, message) -> str:
+        await send({"type": "http.response.body", "body": midstream_error_event(message), "more_body": False})
+        self._finish_error(span, aspan, usage, ttft, error_type)
+        return error_type
+
+    def _record_tokens(self, span, aspan, usage: StreamUsage, ttft: float | None) -> None:
+        tokens = usage.tokens_received
+        self.stats.tokens_streamed += tokens
+        for s in (span, aspan):
+            s.set_attribute(sc.GATEWAY_TOKENS_STREAMED, tokens)
+            if ttft is not None:
+                s.set_attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttft)
+        if ttft is not None:
+            self.stats.ttft.observe(ttft)
+        if usage.usage_prompt_tokens is not None:
+            aspan.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, int(usage.usage_prompt_tokens))
+        if usage.finish_reasons:
+            aspan.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, usage.finish_reasons)
+        if usage.response_id:
+            aspan.set_attribute(sc.GEN_AI_RESPONSE_ID, usage.response_id)
+
+    def _finish_ok(self, span, aspan, usage, status, ttft) -> None:
+        self._record_tokens(span, aspan, usage, ttft)
+        if usage.usage_completion_tokens is not None:
+            aspan.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, int(usage.usage_completion_tokens))
+        span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
+        aspan.set_status(Status(StatusCode.OK))
+        aspan.end()
+
+    def _finish_error(self, span, aspan, usage, ttft, error_type) -> None:
+        self._record_tokens(span, aspan, usage, ttft)
+        span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 200)
+        _end_error(aspan, error_type, None)
+
+
+def _end_error(aspan, error_type: str, status: int | None) -> None:
+    aspan.set_attribute(sc.ERROR_TYPE, error_type)
+    if status is not None:
+        aspan.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
+    aspan.set_status(Status(StatusCode.ERROR, error_type))
+    aspan.end()
+
+
+def _retry_after(seconds: float) -> bytes:
+    # Retry-After is whole seconds (RFC 9110 §10.2.3); round up so a client never comes back early.
+    return str(max(int(-(-seconds // 1)), 0)).encode()
+
+
+async def _read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _read_quietly(resp: httpx.Response) -> bytes:
+    try:
+        return await resp.aread()
+    except httpx.HTTPError:
+        return b""
+
+
+async def _respond(send, status: int, body: bytes, content_type: bytes = b"application/json", extra=None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    headers.extend(extra or ())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

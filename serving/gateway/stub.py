@@ -1,0 +1,141 @@
+"""A scripted OpenAI-compatible upstream for gateway/SDK tests and the gateway benchmark.
+
+Position: serving (test support, no engine model). Each request's behaviour comes from
+``StubUpstream.script`` (a callable ``(request_json, headers) -> Behaviour``), so a test can make
+one replica crash mid-stream, answer 503 with ``Retry-After``, or put usage in odd chunks. The
+engine emulator (``serving/emulator``) is the realistic replica; this one is deterministic and fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+USAGE_MODES = ("final", "in_last_choice", "cumulative", "none")
+
+
+@dataclass
+class Behaviour:
+    """What the stub does with one request.
+
+    status: HTTP status (non-200 -> an error body, ``retry_after`` header if set). tokens: output
+    tokens, one per chunk. usage: final | in_last_choice | cumulative | none. crash_after: close
+    the connection abruptly after this many token chunks. error_after: send vLLM's mid-stream
+    error chunk + [DONE] after this many token chunks. delay_s: wait before the first chunk;
+    token_gap_s: between chunks. prompt_tokens: reported in usage.
+    """
+
+    status: int = 200
+    retry_after: str | None = None
+    tokens: int = 5
+    usage: str = "final"
+    crash_after: int | None = None
+    error_after: int | None = None
+    delay_s: float = 0.0
+    token_gap_s: float = 0.0
+    prompt_tokens: int = 7
+
+
+class _Crash(Exception):
+    pass
+
+
+@dataclass
+class StubUpstream:
+    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request."""
+
+    replica_id: str = "stub"
+    script: Callable[[dict, dict], Behaviour] = field(default=lambda req, headers: Behaviour())
+    requests: list = field(default_factory=list)
+    waiting: int = 0
+    running: int = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                await send({"type": msg["type"] + ".complete"})
+                if msg["type"] == "lifespan.shutdown":
+                    return
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/metrics":
+            text = (f'vllm:num_requests_waiting{{model_name="m",engine="0"}} {self.waiting}\n'
+                    f'vllm:num_requests_running{{model_name="m",engine="0"}} {self.running}\n').encode()
+            await _plain(send, 200, text, b"text/plain")
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        req = json.loads(body or b"{}")
+        self.requests.append((scope["path"], req, headers))
+        b = self.script(req, headers)
+        if b.status != 200:
+            extra = [(b"retry-after", b.retry_after.encode())] if b.retry_after else []
+            payload = json.dumps({"error": {"message": f"stub {b.status}", "type": "Error", "param": None,
+                                            "code": b.status}}).encode()
+            await _plain(send, b.status, payload, b"application/json", extra)
+            return
+        rid = f"chatcmpl-{self.replica_id}-{len(self.requests)}"
+        model = req.get("model", "m")
+        if not req.get("stream"):
+            doc = {"id": rid, "object": "chat.completion", "created": int(time.time()), "model": model,
+                   "choices": [{"index": 0, "message": {"role": "assistant", "content": "x" * b.tokens},
+                                "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": b.prompt_tokens, "completion_tokens": b.tokens,
+                             "total_tokens": b.prompt_tokens + b.tokens}}
+            await asyncio.sleep(b.delay_s)
+            await _plain(send, 200, json.dumps(doc).encode(), b"application/json")
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+        if b.delay_s:
+            await asyncio.sleep(b.delay_s)
+
+        def chunk(delta, finish=None, usage=None, choices=True):
+            doc = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if choices else []}
+            if usage is not None:
+                doc["usage"] = usage
+            return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+        def usage_at(n):
+            return {"prompt_tokens": b.prompt_tokens, "completion_tokens": n, "total_tokens": b.prompt_tokens + n}
+
+        include = (req.get("stream_options") or {}).get("include_usage", False)
+        await send({"type": "http.response.body", "body": chunk({"role": "assistant", "content": ""},
+                    usage=usage_at(0) if b.usage == "cumulative" else None), "more_body": True})
+        for i in range(1, b.tokens + 1):
+            if b.crash_after is not None and i > b.crash_after:
+                raise _Crash("stub replica crashed mid-stream")
+            if b.error_after is not None and i > b.error_after:
+                err = {"error": {"message": "engine died", "type": "InternalServerError", "param": None, "code": 500}}
+                await send({"type": "http.response.body",
+                            "body": b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n", "more_body": False})
+                return
+            last = i == b.tokens
+            usage = None
+            if b.usage == "cumulative" or (b.usage == "in_last_choice" and last and include):
+                usage = usage_at(i)
+            await send({"type": "http.response.body", "body": chunk({"content": "tok "}, "stop" if last else None, usage),
+                        "more_body": True})
+            if b.token_gap_s:
+                await asyncio.sleep(b.token_gap_s)
+        tail = b""
+        if include and b.usage == "final":
+            tail += chunk(None, usage=usage_at(b.tokens), choices=False)
+        tail += b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _plain(send, status, body, ctype, extra=()):
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), *extra]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

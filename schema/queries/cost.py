@@ -1,0 +1,234 @@
+"""Cost named queries: what the dashboard, the alerts and the weekly review read about money.
+
+Position in the flow: serving -> collectors -> **schema** -> app/alerts. Each function runs one
+``cost_*.sql`` / ``tasks_*.sql`` file beside this module with bound parameters and returns a pandas
+DataFrame; callers contain no SQL. The tables are the cost jobs' outputs (``schema/jobs``):
+
+* ``replica_minutes`` — one row per replica and minute it was up: spend, allocated, idle (USD).
+* ``call_costs`` — one row per (unit of GPU work, minute it overlapped): allocated cost and its
+  category (``useful``, ``retry_waste``, ``failed_task_waste``, ``pending``, ``unattributed``).
+* ``tasks`` — one row per task, in the minute it ended: outcome, attempts, cost by category.
+
+Definitions (shared/DESIGN.md "Cost model"): spend = price x GPUs while up; allocated + idle =
+spend for every replica-minute; cost per successful task (CPST) = all spend in the period / tasks
+that succeeded in the period (tasks belong to the period in which they ended); attributed CPST
+excludes idle; goodput = successful tasks within SLO per hour.
+
+Money is Float64 USD, never rounded here (round only for display); tokens are counts; times are
+UTC ``datetime`` (naive values are taken as UTC). ``None``/NaN means "no data" (e.g. CPST with
+zero successes), never zero. Filters (``model``, ``tenant``, ``task_type``) are bound parameters;
+``""`` or a missing key = no filter.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from schema.queries import run
+
+FILTER_KEYS = ("model", "tenant", "task_type")
+GROUPINGS = ("task_type", "tenant", "model", "replica")
+CATEGORIES = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "idle")
+
+# The columns each named query returns, in order (see each function's docstring for units).
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "cost_period_summary": (
+        "grp", "spend_usd", "allocated_usd", "idle_usd", "unattributed_usd", "useful_usd", "retry_waste_usd",
+        "failed_task_waste_usd", "pending_usd", "partial_usd", "partial_tokens", "requests", "prompt_tokens",
+        "cached_tokens", "output_tokens", "tokens", "tasks", "successful_tasks", "failed_tasks", "abandoned_tasks",
+        "slo_met_tasks", "cpst_usd", "attributed_cpst_usd", "cost_per_request_usd", "cost_per_1m_tokens_usd",
+        "goodput_per_hour", "attempts_per_success", "hours"),
+    "cost_cpst_trend": (
+        "bucket_start", "grp", "spend_usd", "allocated_usd", "successful_tasks", "slo_met_tasks", "cpst_usd",
+        "attributed_cpst_usd"),
+    "cost_waste_breakdown": ("category", "is_subset", "usd", "share_of_spend", "calls", "tokens"),
+    "tasks_table": (
+        "task_id", "task_type", "tenant_id", "model", "outcome", "has_root", "start_time", "end_time", "e2e_s",
+        "ttft_s", "steps", "attempts", "calls", "prompt_tokens", "cached_tokens", "output_tokens", "cost_usd",
+        "useful_usd", "retry_waste_usd", "failed_task_waste_usd", "pending_usd", "partial_calls", "partial_tokens",
+        "partial_usd", "slo_ttft_ms", "slo_e2e_ms", "slo_met"),
+    "tasks_calls": (
+        "call_id", "trace_id", "call_source", "replica", "gpu_type", "model", "task_step", "task_attempt",
+        "start_time", "end_time", "status", "error_type", "finish_reason", "partial", "prompt_tokens",
+        "cached_tokens", "output_tokens", "ttft_s", "e2e_s", "work", "cost_usd", "category", "minutes"),
+    "cost_replica_windows": (
+        "replica", "window_start", "requests", "throughput_tokens_per_s", "output_tokens_per_s", "successful_tasks",
+        "successful_tasks_per_hour", "ttft_p99_s", "e2e_p99_s", "spend_usd", "idle_usd", "cpst_usd",
+        "running_requests_avg"),
+    "cost_data_quality": (
+        "replica", "up_minutes", "span_tokens", "counter_tokens", "token_gap", "token_gap_ratio",
+        "default_priced_minutes", "unpriced_minutes", "gateway_evidence_calls", "client_evidence_calls", "spend_usd"),
+}
+
+
+def _run(store, name: str, **params) -> pd.DataFrame:
+    # The chDB backend returns an empty DataFrame without columns for zero rows; readers rely on
+    # the documented columns being present, so rebuild them from the result's column names.
+    # COLUMNS is also the stability contract: a test checks every query returns exactly these.
+    df = run(store, name, **params)
+    if len(df.columns) == 0:
+        df = pd.DataFrame(columns=list(COLUMNS[name]))
+    return df
+
+
+def _naive_utc(value: datetime) -> datetime:
+    # clickhouse-connect binds naive datetimes verbatim; the server and chDB read them as UTC.
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def _range(start: datetime, end: datetime) -> dict:
+    start, end = _naive_utc(start), _naive_utc(end)
+    if end <= start:
+        raise ValueError(f"time range is empty: start {start.isoformat()} is not before end {end.isoformat()}")
+    return {"start": start, "end": end}
+
+
+def _by(by: str | None, allowed=GROUPINGS) -> str:
+    if by in (None, ""):
+        return ""
+    if by not in allowed:
+        raise ValueError(f"cannot group by {by!r}; accepted: {list(allowed)}")
+    return by
+
+
+def _filters(filters: dict | None) -> dict:
+    filters = filters or {}
+    unknown = set(filters) - set(FILTER_KEYS)
+    if unknown:
+        raise ValueError(f"unknown filter(s) {sorted(unknown)}; accepted: {list(FILTER_KEYS)}")
+    return {key: str(filters.get(key) or "") for key in FILTER_KEYS}
+
+
+def period_summary(store, start: datetime, end: datetime, by: str | None = None,
+                   filters: dict | None = None) -> pd.DataFrame:
+    """The period summary over minutes ``[start, end)``: one row, or one per group.
+
+    Args:
+        by: ``None`` (one row, ``grp`` = ``""``), ``"task_type"``, ``"tenant"``, ``"model"`` or
+            ``"replica"``.
+        filters: ``{"model"|"tenant"|"task_type": value}``.
+
+    Returns columns (one row per group, most expensive first):
+        ``grp`` (group value), ``spend_usd``, ``allocated_usd``, ``idle_usd``, ``unattributed_usd``,
+        ``useful_usd``, ``retry_waste_usd``, ``failed_task_waste_usd``, ``pending_usd`` (task
+        outcome not known yet), ``partial_usd`` (inside the categories), ``partial_tokens``,
+        ``requests`` (calls started), ``prompt_tokens`` (incl. cached), ``cached_tokens``,
+        ``output_tokens``, ``tokens`` (prompt + output), ``tasks`` (ended), ``successful_tasks``,
+        ``failed_tasks``, ``abandoned_tasks``, ``slo_met_tasks``, ``cpst_usd`` (spend /
+        successes), ``attributed_cpst_usd`` (allocated / successes), ``cost_per_request_usd``,
+        ``cost_per_1m_tokens_usd``, ``goodput_per_hour`` (successful tasks within SLO per hour),
+        ``attempts_per_success``, ``hours`` (period length).
+
+    Without filters and with ``by`` None or ``"replica"``, spend and idle are the replica-minutes'
+    own (exact); otherwise the period's idle is shared among groups in proportion to their
+    allocated cost, so the groups add up to the fleet's spend. With ``by="replica"`` a task counts
+    for every replica that ran one of its calls.
+
+    Raises:
+        ValueError: empty range, unknown grouping or filter. StoreError from the store.
+    """
+    params = _range(start, end) | {"by": _by(by)} | _filters(filters)
+    return _run(store, "cost_period_summary", **params)
+
+
+def cpst_trend(store, start: datetime, end: datetime, bucket_seconds: int, by: str | None = None) -> pd.DataFrame:
+    """Cost per successful task per time bucket (and group).
+
+    Returns columns: ``bucket_start`` (UTC), ``grp``, ``spend_usd``, ``allocated_usd``,
+    ``successful_tasks``, ``slo_met_tasks``, ``cpst_usd``, ``attributed_cpst_usd`` (NaN when a
+    bucket has no success). ``by`` in task_type | tenant | model | replica (replica: successes are
+    not split by replica, use :func:`replica_windows`).
+
+    Raises:
+        ValueError: empty range, bucket_seconds < 60 or not a whole number of minutes, bad ``by``.
+    """
+    bucket_seconds = int(bucket_seconds)
+    if bucket_seconds < 60 or bucket_seconds % 60:
+        raise ValueError(f"bucket_seconds must be a positive multiple of 60, got {bucket_seconds}")
+    params = _range(start, end) | {"bucket_seconds": bucket_seconds, "by": _by(by)}
+    return _run(store, "cost_cpst_trend", **params)
+
+
+def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Where the money of ``[start, end)`` went.
+
+    Returns one row per category in this order: ``useful``, ``retry_waste``,
+    ``failed_task_waste``, ``pending``, ``unattributed``, ``idle`` (these six are mutually
+    exclusive and add up to the spend), then ``partial`` (a measure inside them, ``is_subset`` =
+    1). Columns: ``category``, ``is_subset``, ``usd``, ``share_of_spend`` (0..1), ``calls``
+    (calls started), ``tokens`` (prompt + output; partial: streamed output tokens).
+    """
+    return _run(store, "cost_waste_breakdown", **_range(start, end))
+
+
+def tasks_table(store, start: datetime, end: datetime, search: str | None = None, limit: int = 200) -> pd.DataFrame:
+    """Tasks that ended in ``[start, end)``, newest first, at most ``limit``.
+
+    ``search`` matches task id, type or tenant (case-insensitive substring). Columns: ``task_id``,
+    ``task_type``, ``tenant_id``, ``model``, ``outcome`` (success | failure | abandoned |
+    unknown), ``has_root``, ``start_time``, ``end_time`` (UTC), ``e2e_s``, ``ttft_s`` (seconds),
+    ``steps``, ``attempts``, ``calls``, ``prompt_tokens``, ``cached_tokens``, ``output_tokens``,
+    ``cost_usd``, ``useful_usd``, ``retry_waste_usd``, ``failed_task_waste_usd``,
+    ``pending_usd``, ``partial_calls``, ``partial_tokens``, ``partial_usd``, ``slo_ttft_ms``,
+    ``slo_e2e_ms`` (milliseconds), ``slo_met`` (0/1).
+    """
+    limit = int(limit)
+    if not 1 <= limit <= 100_000:
+        raise ValueError(f"limit must be in 1..100000, got {limit}")
+    params = _range(start, end) | {"search": search or "", "limit": limit}
+    return _run(store, "tasks_table", **params)
+
+
+def task_calls(store, task_id: str) -> pd.DataFrame:
+    """Every unit of GPU work of one task, in start order.
+
+    Columns: ``call_id`` (evidence span id), ``trace_id``, ``call_source`` (engine | gateway |
+    client: which span was the evidence), ``replica``, ``gpu_type``, ``model``, ``task_step``,
+    ``task_attempt``, ``start_time``, ``end_time`` (UTC), ``status``, ``error_type``,
+    ``finish_reason``, ``partial`` (0/1), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``,
+    ``ttft_s``, ``e2e_s`` (seconds), ``work`` (work units), ``cost_usd``, ``category``,
+    ``minutes`` (minute buckets the call overlapped).
+    """
+    if not task_id:
+        raise ValueError("task_id is required")
+    return _run(store, "tasks_calls", task_id=str(task_id))
+
+
+def replica_windows(store, start: datetime, end: datetime, window_seconds: int) -> pd.DataFrame:
+    """The latency-cost-throughput triangle per replica and window.
+
+    Returns columns: ``replica``, ``window_start`` (UTC), ``requests`` (engine calls ended),
+    ``throughput_tokens_per_s`` (prompt + output tokens / s), ``output_tokens_per_s``,
+    ``successful_tasks`` (distinct successful tasks ended in the window with a call on the
+    replica), ``successful_tasks_per_hour``, ``ttft_p99_s``, ``e2e_p99_s`` (seconds, nearest
+    rank over engine calls ended in the window), ``spend_usd``, ``idle_usd``, ``cpst_usd``
+    (replica spend / its successful tasks), ``running_requests_avg`` (mean of
+    ``vllm:num_requests_running``).
+
+    Raises:
+        ValueError: empty range or window_seconds not a positive multiple of 60.
+    """
+    window_seconds = int(window_seconds)
+    if window_seconds < 60 or window_seconds % 60:
+        raise ValueError(f"window_seconds must be a positive multiple of 60, got {window_seconds}")
+    return _run(store, "cost_replica_windows", **_range(start, end), window_seconds=window_seconds)
+
+
+def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Span tokens vs engine-counter tokens per replica, and other flags, over ``[start, end)``.
+
+    Returns columns: ``replica``, ``up_minutes``, ``span_tokens`` (prompt + output of calls
+    started, tokens), ``counter_tokens`` (increase of ``vllm:prompt_tokens`` +
+    ``vllm:generation_tokens``; NaN without counters), ``token_gap`` (counters - spans over the
+    minutes that have counters: work the spans missed, e.g. aborted requests), ``token_gap_ratio``
+    (gap / counters), ``default_priced_minutes`` (replica not in fleet.yaml), ``unpriced_minutes``
+    (no price for its GPU type), ``gateway_evidence_calls`` / ``client_evidence_calls`` (calls
+    whose engine span never arrived), ``spend_usd``.
+    """
+    return _run(store, "cost_data_quality", **_range(start, end))

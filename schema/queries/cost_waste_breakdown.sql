@@ -1,0 +1,41 @@
+-- Where the money of [start, end) went, by category of the minute the work ran: the six
+-- mutually exclusive categories add up to the spend (useful + retry_waste + failed_task_waste +
+-- pending + unattributed + idle = spend); 'partial' is a measure inside them (is_subset = 1).
+WITH
+    {start:DateTime} AS p_start,
+    {end:DateTime} AS p_end,
+    pieces AS (
+        SELECT category, sum(cost_usd) AS usd, sum(requests) AS calls, sum(prompt_tokens + output_tokens) AS tokens
+        FROM call_costs
+        WHERE minute >= p_start AND minute < p_end
+        GROUP BY category
+    ),
+    part AS (
+        SELECT sumIf(cost_usd, partial = 1) AS usd, sumIf(requests, partial = 1) AS calls,
+               sumIf(output_tokens, partial = 1) AS tokens
+        FROM call_costs
+        WHERE minute >= p_start AND minute < p_end
+    ),
+    rm AS (
+        SELECT sum(spend_usd) AS spend, sum(idle_usd) AS idle
+        FROM replica_minutes
+        WHERE minute >= p_start AND minute < p_end
+    ),
+    cats AS (
+        SELECT arrayJoin([('useful', 1), ('retry_waste', 2), ('failed_task_waste', 3), ('pending', 4),
+                          ('unattributed', 5), ('idle', 6), ('partial', 7)]) AS c,
+               c.1 AS category, c.2 AS ord
+    )
+SELECT
+    cats.category AS category,
+    toUInt8(cats.category = 'partial') AS is_subset,
+    multiIf(cats.category = 'idle', rm.idle, cats.category = 'partial', part.usd, ifNull(pieces.usd, 0)) AS usd,
+    if(rm.spend > 0, usd / rm.spend, NULL) AS share_of_spend,
+    toUInt64(multiIf(cats.category = 'idle', 0, cats.category = 'partial', part.calls, ifNull(pieces.calls, 0))) AS calls,
+    toUInt64(multiIf(cats.category = 'idle', 0, cats.category = 'partial', part.tokens, ifNull(pieces.tokens, 0))) AS tokens
+FROM cats
+LEFT JOIN pieces ON pieces.category = cats.category
+CROSS JOIN rm
+CROSS JOIN part
+ORDER BY cats.ord
+SETTINGS join_use_nulls = 1

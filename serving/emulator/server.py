@@ -1,0 +1,531 @@
+"""Live mode: one emulated vLLM replica as an HTTP server speaking vLLM's OpenAI-compatible API.
+
+Where it sits: serving/emulator; wraps the engine model (engine.py) in real time. Routes:
+``POST /v1/chat/completions``, ``POST /v1/completions`` (streaming and not,
+``stream_options.include_usage`` / ``continuous_usage_stats``), ``GET /v1/models``, ``GET /health``,
+``GET /metrics`` (vLLM V1 names, prom.py), ``GET|POST /admin/faults`` (fault injection).
+
+Emulator extensions to the request body (ignored by real vLLM; the openai client sends them with
+``extra_body=``): ``emulator_output_tokens`` (tokens to generate before stopping; also header
+``x-emulator-output-tokens``), ``emulator_prompt_tokens`` (pretend the prompt has this many tokens),
+``emulator_prefix_blocks`` (list of 512-token block ids, Mooncake ``hash_ids``, for prefix caching).
+Without them: the prompt is tokenised by a stand-in tokenizer; the output length is
+``max_tokens`` when ``ignore_eos`` is set, else a deterministic 32..287 tokens from the prompt's hash.
+
+Spans: one ``llm_request`` span per finished or aborted request, parented by the incoming
+``traceparent``, via the OpenTelemetry SDK (BatchSpanProcessor + the given exporter), explicit
+start/end times. Requests lost in a crash get no span, as in vLLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+import uuid
+import zlib
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from serving.emulator.engine import DECODE, FINISHED, Engine, EngineRequest
+from serving.emulator.faults import FaultState, error_rates, validate_fault
+from serving.emulator.kvcache import segments_from_hash_ids, segments_from_tokens, tokenize
+from serving.emulator.profiles import Profile
+from serving.emulator.prom import exposition, make_registry
+from serving.emulator.spans import engine_span_attributes, replica_resource
+from serving.emulator.static import StaticEngine
+
+_WORDS = ("the", " model", " emulates", " a", " GPU", " replica", ",", " token", " by", " token", ".")
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "TooManyRequestsError",
+                500: "InternalServerError", 502: "BadGatewayError", 503: "ServiceUnavailableError",
+                504: "GatewayTimeoutError"}
+CRASH_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4  # Llama 3 chat template: header ids + eot per message
+
+
+def error_body(message: str, status: int, param=None) -> dict:
+    """vLLM's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "InternalServerError"),
+                      "param": param, "code": status}}
+
+
+def error_response(message: str, status: int, headers=None, param=None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param), status_code=status, headers=headers)
+
+
+class _Handle:
+    """A request's bridge between the engine loop and its HTTP response."""
+
+    __slots__ = ("req", "event", "crashed", "done", "otel_ctx", "request_id")
+
+    def __init__(self, req, request_id, otel_ctx):
+        self.req = req
+        self.request_id = request_id
+        self.event = asyncio.Event()
+        self.crashed = False
+        self.done = False
+        self.otel_ctx = otel_ctx
+
+
+class ReplicaServer:
+    """One emulated vLLM replica. Build with ``app()``; run under uvicorn (see live.py).
+
+    ``span_exporter``: an OpenTelemetry SpanExporter (e.g. OTLPSpanExporter or an in-memory one)
+    or None for no tracing. ``faults``: initial fault values ``{kind: value}``.
+    """
+
+    def __init__(self, replica_id: str, profile: Profile, *, model: str | None = None, span_exporter=None,
+                 faults: dict | None = None, seed: int = 0, prefix_caching: bool = True, static: bool = False,
+                 served_model_names: tuple[str, ...] = ()):
+        self.replica_id = replica_id
+        self.profile = profile
+        self.model = model or profile.model
+        self.served = (self.model,) + tuple(served_model_names)
+        self.seed = seed
+        self._static = static
+        self._prefix = prefix_caching
+        self.engine = self._new_engine(0.0)
+        self.faults = FaultState()
+        self.rng = random.Random(seed)
+        self.t0_mono = time.monotonic()
+        self.t0_wall_ns = time.time_ns()
+        self.registry = make_registry(lambda: self.engine, self.model)
+        self.handles: dict[str, _Handle] = {}
+        self._aborts: list[str] = []
+        self._wake: asyncio.Event | None = None
+        self._loop_task = None
+        self._restart_task = None
+        self.started = time.time()
+        self.tracer_provider = None
+        self.tracer = None
+        if span_exporter is not None:
+            self._init_tracing(span_exporter)
+        for kind, value in (faults or {}).items():
+            self.set_fault(kind, value)
+
+    # ------------------------------------------------------------------ setup
+    def _new_engine(self, now: float):
+        if self._static:
+            return StaticEngine(self.profile, seed=self.seed, start_time=now)
+        return Engine(self.profile, seed=self.seed, start_time=now, prefix_caching=self._prefix)
+
+    def _init_tracing(self, exporter):
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        res = Resource.create(replica_resource(self.replica_id, self.profile.gpu_type, self.profile.gpu_count,
+                                               self.model))
+        self.tracer_provider = TracerProvider(resource=res)
+        self.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
+        self.tracer = self.tracer_provider.get_tracer("vllm.tracing")
+
+    def clock(self) -> float:
+        """Engine clock: seconds since the server started (monotonic)."""
+        return time.monotonic() - self.t0_mono
+
+    def wall_ns(self, t: float) -> int:
+        return self.t0_wall_ns + int(t * 1e9)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/admin/faults", self.admin_faults, methods=["GET", "POST"]),
+        ], lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app):
+        await self._on_startup()
+        try:
+            yield
+        finally:
+            await self._on_shutdown()
+
+    async def _on_startup(self):
+        self._wake = asyncio.Event()
+        self._loop_task = asyncio.get_running_loop().create_task(self._engine_loop(), name=f"engine-{self.replica_id}")
+
+    async def _on_shutdown(self):
+        for t in (self._loop_task, self._restart_task):
+            if t:
+                t.cancel()
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+
+    # ------------------------------------------------------------------ faults
+    def set_fault(self, kind: str, value, until_s: float | None = None) -> None:
+        """Apply a fault now. ``crash`` takes ``until_s`` (restart after that many seconds; None = stay down).
+        Raises ValueError with the problem when the kind or value is invalid."""
+        problems = validate_fault(kind, value) if kind != "crash" else []
+        if problems:
+            raise ValueError("; ".join(problems))
+        if kind == "slowdown":
+            self.faults.slowdown = float(value)
+            self.engine.slowdown = float(value)
+        elif kind == "kv_cut":
+            self.faults.kv_cut = float(value)
+            self.engine.kv_cut = float(value)
+        elif kind == "error_rate":
+            self.faults.error_rates = error_rates(value)
+        elif kind == "crash":
+            self.crash(restart_after_s=until_s if until_s is not None else value)
+        if self._wake is not None:
+            self._wake.set()
+
+    def crash(self, restart_after_s: float | None = None) -> None:
+        """Kill the engine: in-flight streams break, their spans are never exported."""
+        lost = self.engine.crash()
+        self.faults.down = True
+        for req in lost:
+            h = self.handles.pop(req.request_id, None)
+            if h:
+                h.crashed = True
+                h.event.set()
+        if restart_after_s is not None:
+            loop = asyncio.get_event_loop()
+            self._restart_task = loop.create_task(self._restart_later(float(restart_after_s)))
+
+    async def _restart_later(self, delay: float):
+        await asyncio.sleep(delay)
+        self.restart()
+
+    def restart(self) -> None:
+        eng = self._new_engine(self.clock())
+        eng.slowdown, eng.kv_cut = self.faults.slowdown, self.faults.kv_cut
+        self.engine = eng
+        self.faults.down = False
+        if self._wake is not None:
+            self._wake.set()
+
+    async def admin_faults(self, request: Request):
+        """GET: current faults. POST ``{"kind": ..., "value": ..., "until_s": ...}`` or a list of them,
+        or ``{"clear": true}``. 400 with every problem on bad input."""
+        if request.method == "GET":
+            return JSONResponse(self.faults.as_dict())
+        try:
+            body = await request.json()
+        except json.JSONDecodeError as exc:
+            return error_response(f"invalid JSON: {exc}", 400)
+        items = body if isinstance(body, list) else [body]
+        problems = []
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                problems.append(f"item {i}: expected an object")
+                continue
+            if item.get("clear"):
+                continue
+            kind = item.get("kind")
+            if kind != "crash":
+                problems += [f"item {i}: {p}" for p in validate_fault(kind, item.get("value"))]
+        if problems:
+            return error_response("; ".join(problems), 400)
+        for item in items:
+            if item.get("clear"):
+                self.set_fault("slowdown", 1.0)
+                self.set_fault("kv_cut", 0.0)
+                self.set_fault("error_rate", 0.0)
+                if self.faults.down:
+                    self.restart()
+                continue
+            self.set_fault(item["kind"], item.get("value"), item.get("until_s"))
+        return JSONResponse(self.faults.as_dict())
+
+    # ------------------------------------------------------------------ engine loop
+    async def _engine_loop(self):
+        while True:
+            eng = self.engine
+            self._apply_aborts()
+            if self.faults.down or eng.idle():
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if eng.now < self.clock() and eng.pending is None:
+                eng.now = self.clock()  # the engine was idle-waiting; steps start now
+            end = eng.plan(max_steps=1)
+            if end is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            delay = end - self.clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if eng is not self.engine:  # crashed while the step ran
+                continue
+            finished = eng.commit()
+            for req in finished:
+                self._complete(req)
+            for rid in list(eng.running):
+                h = self.handles.get(rid)
+                if h:
+                    h.event.set()
+
+    def _apply_aborts(self):
+        while self._aborts:
+            rid = self._aborts.pop()
+            req = self.engine.abort(rid)
+            if req is not None:
+                self._complete(req)
+
+    def _complete(self, req):
+        h = self.handles.pop(req.request_id, None)
+        self._export_span(req, h)
+        if h:
+            h.done = True
+            h.event.set()
+
+    def _export_span(self, req, h):
+        if self.tracer is None:
+            return
+        from opentelemetry.trace import SpanKind
+
+        span = self.tracer.start_span("llm_request", context=h.otel_ctx if h else None, kind=SpanKind.SERVER,
+                                      start_time=self.wall_ns(req.arrival),
+                                      attributes=engine_span_attributes(req, req.request_id))
+        span.end(end_time=self.wall_ns(req.finished))
+
+    # ------------------------------------------------------------------ HTTP
+    async def models(self, request: Request):
+        data = [{"id": m, "object": "model", "created": int(self.started), "owned_by": "vllm", "root": self.model,
+                 "parent": None, "max_model_len": self.profile.max_model_len, "permission": []} for m in self.served]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request):
+        if self.faults.down:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    async def metrics(self, request: Request):
+        return PlainTextResponse(exposition(self.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def chat(self, request: Request):
+        return await self._serve(request, chat=True)
+
+    async def completions(self, request: Request):
+        return await self._serve(request, chat=False)
+
+    async def _serve(self, request: Request, chat: bool):
+        arrival = self.clock()
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(f"Invalid JSON body: {exc}", 400)
+        if not isinstance(body, dict):
+            return error_response("The request body must be a JSON object.", 400)
+        model = body.get("model")
+        if model not in self.served:
+            return error_response(f"The model `{model}` does not exist.", 404, param="model")
+        base_id = request.headers.get("x-request-id") or uuid.uuid4().hex
+        request_id = ("chatcmpl-" if chat else "cmpl-") + base_id
+        headers = {"x-request-id": base_id}
+        try:
+            tokens, segments = self._prompt(body, chat)
+            out_tokens = self._output_tokens(body, request, tokens)
+        except ValueError as exc:
+            return error_response(str(exc), 400, headers=headers)
+        if len(tokens) + (body.get("max_tokens") or 0) > self.profile.max_model_len:
+            return error_response(
+                f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
+                f"requested {len(tokens) + (body.get('max_tokens') or 0)} tokens. Please reduce the length.",
+                400, headers=headers)
+        if self.faults.down:
+            return error_response(CRASH_MESSAGE, 500, headers=headers)
+        for status, p in self.faults.error_rates.items():
+            if self.rng.random() < p:
+                return error_response(f"Injected fault: HTTP {status}", status, headers=headers)
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        otel_ctx = TraceContextTextMapPropagator().extract(dict(request.headers)) if self.tracer else None
+        params = {k: body.get(k) for k in ("max_tokens", "temperature", "top_p", "n") if body.get(k) is not None}
+        if chat and body.get("max_completion_tokens") is not None and "max_tokens" not in params:
+            params["max_tokens"] = body["max_completion_tokens"]
+        req = EngineRequest(request_id, len(tokens), out_tokens, max_tokens=params.get("max_tokens"),
+                            segments=segments, arrival=arrival, params=params)
+        h = _Handle(req, request_id, otel_ctx)
+        self.handles[request_id] = h
+        await asyncio.sleep(self.profile.input_overhead_s)  # API server + tokenisation + hand-over
+        if self.faults.down:
+            self.handles.pop(request_id, None)
+            return error_response(CRASH_MESSAGE, 500, headers=headers)
+        eng = self.engine
+        if eng.idle() and eng.pending is None:
+            eng.now = max(eng.now, self.clock())
+        eng.add(req, now=max(eng.now, self.clock()))
+        self._wake.set()
+        stream = bool(body.get("stream"))
+        so = body.get("stream_options") or {}
+        if stream:
+            gen = self._stream(h, chat, model, bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")),
+                               request)
+            return StreamingResponse(gen, media_type="text/event-stream", headers=headers)
+        return await self._unary(h, chat, model, headers, request)
+
+    def _prompt(self, body: dict, chat: bool):
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise ValueError("'messages' must be a non-empty list")
+            tokens = []
+            for m in msgs:
+                if not isinstance(m, dict) or "role" not in m:
+                    raise ValueError("each message needs a 'role'")
+                content = m.get("content") or ""
+                if isinstance(content, list):  # content parts
+                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+                tokens += ["<|start_header_id|>", m["role"], "<|end_header_id|>"] + tokenize(str(content)) + ["<|eot_id|>"]
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                tokens = [str(t) for t in prompt]
+            elif isinstance(prompt, str) and prompt:
+                tokens = tokenize(prompt)
+            elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                tokens = tokenize(prompt[0])
+            else:
+                raise ValueError("'prompt' must be a non-empty string or a list of token ids")
+        want = body.get("emulator_prompt_tokens")
+        if want is not None:
+            if not isinstance(want, int) or want < 1:
+                raise ValueError("'emulator_prompt_tokens' must be a positive integer")
+            tokens = (tokens + ["<pad>"] * want)[:want] if want >= len(tokens) else tokens[:want]
+        if not tokens:
+            tokens = ["<|begin_of_text|>"]
+        blocks = body.get("emulator_prefix_blocks")
+        if blocks is not None:
+            if not isinstance(blocks, list) or not all(isinstance(b, int) for b in blocks):
+                raise ValueError("'emulator_prefix_blocks' must be a list of integers")
+            segments = segments_from_hash_ids(blocks, len(tokens), block_size=self.profile.block_size)
+        else:
+            segments = segments_from_tokens(tokens, self.profile.block_size)
+        return tokens, segments
+
+    def _output_tokens(self, body: dict, request: Request, tokens) -> int:
+        v = body.get("emulator_output_tokens", request.headers.get("x-emulator-output-tokens"))
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise ValueError("'max_tokens' must be a positive integer")
+        if v is not None:
+            try:
+                n = int(v)
+            except (TypeError, ValueError):
+                raise ValueError("'emulator_output_tokens' must be a positive integer") from None
+            if n < 1:
+                raise ValueError("'emulator_output_tokens' must be a positive integer")
+            return n
+        if body.get("ignore_eos") and max_tokens:
+            return int(max_tokens)
+        natural = 32 + zlib.crc32(" ".join(tokens[-64:]).encode()) % 256
+        return max(natural, int(body.get("min_tokens") or 0))
+
+    def _abort_soon(self, h: _Handle):
+        if not h.done and not h.crashed:
+            self._aborts.append(h.request_id)
+            self._wake.set()
+
+    def _usage(self, req, n_out: int) -> dict:
+        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + n_out,
+                "completion_tokens": n_out, "prompt_tokens_details": None}
+
+    def _chunk(self, h, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True):
+        if chat:
+            delta = {}
+            if role:
+                delta["role"] = role
+            if text is not None:
+                delta["content"] = text
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if finish:
+                choice["stop_reason"] = None
+            obj = "chat.completion.chunk"
+        else:
+            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+            obj = "text_completion"
+        d = {"id": h.request_id, "object": obj, "created": created, "model": model,
+             "choices": [choice] if choices else []}
+        if usage is not None:
+            d["usage"] = usage
+        return "data: " + json.dumps(d, separators=(",", ":")) + "\n\n"
+
+    def _n_out(self, h) -> int:
+        req = h.req
+        if req.state == DECODE and self.engine.by_id.get(req.request_id) is req:
+            return self.engine.out_tokens(req)
+        return req.out
+
+    async def _stream(self, h: _Handle, chat, model, include_usage, continuous, request: Request):
+        created = int(time.time())
+        sent = 0
+        req = h.req
+        try:
+            if chat:
+                yield self._chunk(h, chat, model, created, text="", role="assistant",
+                                  usage=self._usage(req, 0) if continuous else None)
+            while True:
+                await h.event.wait()
+                h.event.clear()
+                if h.crashed:
+                    yield "data: " + json.dumps(error_body(CRASH_MESSAGE, 500)) + "\n\n"
+                    yield "data: [DONE]\n\n"
+                    return
+                n = self._n_out(h)
+                done = h.done
+                while sent < n:
+                    sent += 1
+                    last = done and sent == n
+                    yield self._chunk(h, chat, model, created, text=_WORDS[sent % len(_WORDS)],
+                                      finish=req.finish_reason if last else None,
+                                      usage=self._usage(req, sent) if continuous else None)
+                if done:
+                    if sent == 0:  # aborted before any token
+                        yield self._chunk(h, chat, model, created, text="", finish=req.finish_reason)
+                    if include_usage:
+                        yield self._chunk(h, chat, model, created, usage=self._usage(req, sent), choices=False)
+                    yield "data: [DONE]\n\n"
+                    return
+        finally:
+            self._abort_soon(h)
+
+    async def _unary(self, h: _Handle, chat, model, headers, request: Request):
+        created = int(time.time())
+        req = h.req
+        waiter = asyncio.ensure_future(self._wait_done(h))
+        try:
+            while not waiter.done():
+                # a client that hangs up aborts the request (vLLM aborts on disconnect)
+                done, _ = await asyncio.wait({waiter}, timeout=0.25)
+                if not done and await request.is_disconnected():
+                    waiter.cancel()
+                    self._abort_soon(h)
+                    return Response(status_code=499)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+        if h.crashed:
+            return error_response(CRASH_MESSAGE, 500, headers=headers)
+        text = "".join(_WORDS[i % len(_WORDS)] for i in range(1, req.out + 1))
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                      "logprobs": None, "finish_reason": req.finish_reason, "stop_reason": None}
+            obj = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
+                      "stop_reason": None}
+            obj = "text_completion"
+        return JSONResponse({"id": h.request_id, "object": obj, "created": created, "model": model,
+                             "choices": [choice], "usage": self._usage(req, req.out)}, headers=headers)
+
+    async def _wait_done(self, h: _Handle):
+        while not (h.done or h.crashed):
+            await h.event.wait()
+            h.event.clear()
+
+
+__all__ = ["ReplicaServer", "error_body", "CRASH_MESSAGE", "FINISHED"]

@@ -1,0 +1,50 @@
+"""Altair chart builders (pure functions of DataFrames; no queries, no Streamlit)."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+
+BUCKETS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400)
+
+
+def bucket_for(range_s: float, points: int = 90) -> int:
+    """The smallest standard bucket (seconds) giving at most ``points`` buckets over ``range_s``."""
+    for b in BUCKETS_S:
+        if range_s / b <= points:
+            return b
+    return BUCKETS_S[-1]
+
+
+def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height: int = 220,
+          x_title: str = "time") -> alt.Chart:
+    """A multi-line chart of ``series`` (column -> legend label) against ``x``."""
+    cols = [c for c in series if c in df.columns]
+    long = df[[x] + cols].melt(id_vars=[x], var_name="series", value_name="value").dropna(subset=["value"])
+    long["series"] = long["series"].map(series)
+    return (alt.Chart(long).mark_line(point=alt.OverlayMarkDef(size=12))
+            .encode(x=alt.X(f"{x}:T", title=x_title),
+                    y=alt.Y("value:Q", title=y_title),
+                    color=alt.Color("series:N", title=None, sort=list(series.values())),
+                    tooltip=[alt.Tooltip(f"{x}:T", title=x_title, format="%Y-%m-%d %H:%M:%S"),
+                             "series:N", alt.Tooltip("value:Q", format=",.3f")])
+            .properties(height=height))
+
+
+def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height: int = 220) -> alt.Chart:
+    """One line per value of ``group``."""
+    return (alt.Chart(df.dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
+            .encode(x=alt.X(f"{x}:T", title="time"), y=alt.Y(f"{y}:Q", title=y_title),
+                    color=alt.Color(f"{group}:N", title=group),
+                    tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), f"{group}:N",
+                             alt.Tooltip(f"{y}:Q", format=",.3f")])
+            .properties(height=height))
+
+
+def bars(df: pd.DataFrame, category: str, value: str, value_title: str, height: int = 220,
+         color: str | None = None) -> alt.Chart:
+    enc = dict(y=alt.Y(f"{category}:N", title=None, sort="-x"), x=alt.X(f"{value}:Q", title=value_title),
+               tooltip=[f"{category}:N", alt.Tooltip(f"{value}:Q", format=",.4f")])
+    if color:
+        enc["color"] = alt.Color(f"{color}:N", title=None)
+    return alt.Chart(df).mark_bar().encode(**enc).properties(height=height)

@@ -1,0 +1,147 @@
+"""Shaping of the cost job's query results for the cost pages (pure pandas/Altair; no queries, no Streamlit
+calls except column configs).
+
+The numbers are the cost queries' own (``schema.queries.cost``); this module only reorders and labels them.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+# Waterfall order: from total spend down to useful work (DESIGN.md cost categories, mutually exclusive).
+WATERFALL = [
+    ("idle", "Idle GPUs"),
+    ("unattributed", "Unattributed"),
+    ("failed_task_waste", "Failed-task waste"),
+    ("retry_waste", "Retry waste"),
+    ("pending", "Outcome pending"),
+]
+CATEGORY_LABELS = {"useful": "useful", "retry_waste": "retry waste", "failed_task_waste": "failed-task waste",
+                   "pending": "outcome pending", "unattributed": "unattributed", "idle": "idle (shared)"}
+CATEGORY_COLORS = {"useful": "#2ca02c", "retry waste": "#ff7f0e", "failed-task waste": "#d62728",
+                   "outcome pending": "#bcbd22", "unattributed": "#9467bd", "idle (shared)": "#7f7f7f"}
+
+
+def missing_table(exc: Exception) -> bool:
+    text = str(exc)
+    return "UNKNOWN_TABLE" in text or "doesn't exist" in text or "does not exist" in text
+
+
+def summary_row(df: pd.DataFrame | None) -> dict | None:
+    """The single row of an ungrouped period summary as a dict (NaN -> None), or None when empty."""
+    if df is None or not len(df):
+        return None
+    row = df.iloc[0].to_dict()
+    return {k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in row.items()}
+
+
+def ratio(a, b) -> float | None:
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return None
+    if not b or pd.isna(a) or pd.isna(b):
+        return None
+    return a / b
+
+
+def waterfall_steps(waste: pd.DataFrame, spend_usd) -> list[dict]:
+    """Steps of the spend -> useful waterfall: spend (absolute), each waste category (negative), useful (total).
+
+    Categories with zero USD are left out except the two ends. ``spend_usd`` is the period summary's
+    spend; the waste rows are ``waste_breakdown``'s.
+    """
+    usd = {r["category"]: float(r["usd"]) for _, r in waste.iterrows()} if len(waste) else {}
+    total = float(spend_usd) if spend_usd is not None else sum(v for k, v in usd.items() if k != "partial")
+    steps = [{"label": "Total spend", "value": total, "measure": "absolute"}]
+    for key, label in WATERFALL:
+        value = usd.get(key, 0.0)
+        if value:
+            steps.append({"label": label, "value": -value, "measure": "relative"})
+    steps.append({"label": "Useful work", "value": usd.get("useful", 0.0), "measure": "total"})
+    return steps
+
+
+def category_long(df: pd.DataFrame) -> pd.DataFrame:
+    """Grouped period summary -> long rows (grp, category, usd) for a stacked bar."""
+    cols = {"useful_usd": "useful", "retry_waste_usd": "retry waste", "failed_task_waste_usd": "failed-task waste",
+            "pending_usd": "outcome pending", "unattributed_usd": "unattributed", "idle_usd": "idle (shared)"}
+    present = [c for c in cols if c in df.columns]
+    long = df[["grp"] + present].melt(id_vars="grp", var_name="category", value_name="usd")
+    long["category"] = long["category"].map(cols)
+    long["grp"] = long["grp"].replace("", "(none)")
+    return long[long["usd"].fillna(0) != 0]
+
+
+def stacked_categories(long: pd.DataFrame, by: str) -> alt.Chart:
+    order = list(CATEGORY_COLORS)
+    return (alt.Chart(long).mark_bar()
+            .encode(y=alt.Y("grp:N", title=by.replace("_", " "), sort="-x"),
+                    x=alt.X("sum(usd):Q", title="USD"),
+                    color=alt.Color("category:N", sort=order,
+                                    scale=alt.Scale(domain=order, range=[CATEGORY_COLORS[c] for c in order])),
+                    order=alt.Order("category_rank:Q"),
+                    tooltip=["grp:N", "category:N", alt.Tooltip("sum(usd):Q", format="$,.4f", title="USD")])
+            .transform_calculate(category_rank=f"indexof({order!r}, datum.category)")
+            .properties(height=max(120, 36 * long["grp"].nunique())))
+
+
+GROUP_FIELDS = ["grp", "cpst_usd", "attributed_cpst_usd", "cost_per_request_usd", "cost_per_1m_tokens_usd",
+                "spend_usd", "useful_usd", "retry_waste_usd", "failed_task_waste_usd", "idle_usd", "partial_usd",
+                "successful_tasks", "tasks", "attempts_per_success", "requests", "tokens", "goodput_per_hour"]
+GROUP_COLUMNS = {
+    "grp": st.column_config.TextColumn("group"),
+    "cpst_usd": st.column_config.NumberColumn("CPST (USD)", format="$%.4f"),
+    "attributed_cpst_usd": st.column_config.NumberColumn("attributed CPST (USD)", format="$%.4f"),
+    "cost_per_request_usd": st.column_config.NumberColumn("cost/request (USD)", format="$%.5f"),
+    "cost_per_1m_tokens_usd": st.column_config.NumberColumn("cost/1M tokens (USD)", format="$%.3f"),
+    "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.4f"),
+    "useful_usd": st.column_config.NumberColumn("useful (USD)", format="$%.4f"),
+    "retry_waste_usd": st.column_config.NumberColumn("retry waste (USD)", format="$%.4f"),
+    "failed_task_waste_usd": st.column_config.NumberColumn("failed-task waste (USD)", format="$%.4f"),
+    "idle_usd": st.column_config.NumberColumn("idle share (USD)", format="$%.4f"),
+    "partial_usd": st.column_config.NumberColumn("partial streams (USD)", format="$%.4f"),
+    "successful_tasks": st.column_config.NumberColumn("successful tasks", format="%d"),
+    "tasks": st.column_config.NumberColumn("tasks ended", format="%d"),
+    "attempts_per_success": st.column_config.NumberColumn("attempts / success", format="%.2f"),
+    "requests": st.column_config.NumberColumn("requests", format="%d"),
+    "tokens": st.column_config.NumberColumn("tokens", format="%d"),
+    "goodput_per_hour": st.column_config.NumberColumn("goodput (tasks/h)", format="%.1f"),
+}
+
+
+def group_table(df: pd.DataFrame, by: str) -> pd.DataFrame:
+    out = df[[c for c in GROUP_FIELDS if c in df.columns]].copy()
+    out["grp"] = out["grp"].replace("", "(none)")
+    return out.rename(columns={"grp": by})
+
+
+def bucket_label(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400} d" if seconds > 86400 else "day"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h" if seconds > 3600 else "hour"
+    return f"{seconds // 60} min"
+
+
+def quality_problems(dq: pd.DataFrame) -> list[str]:
+    """Human sentences for the data-quality flags worth a warning (thresholds: 5 % token gap)."""
+    out = []
+    for _, r in dq.iterrows():
+        replica = r.get("replica", "?")
+        gap = r.get("token_gap_ratio")
+        if gap is not None and not pd.isna(gap) and abs(float(gap)) > 0.05:
+            out.append(f"{replica}: the engine counters saw {float(gap):.0%} more tokens than the spans "
+                       "(aborted streams or lost spans: that work is cost without a call).")
+        if int(r.get("default_priced_minutes", 0) or 0):
+            out.append(f"{replica}: not in fleet.yaml, priced at the default GPU price for "
+                       f"{int(r['default_priced_minutes'])} minutes.")
+        if int(r.get("unpriced_minutes", 0) or 0):
+            out.append(f"{replica}: no price for its GPU type for {int(r['unpriced_minutes'])} minutes.")
+        missing = int(r.get("gateway_evidence_calls", 0) or 0) + int(r.get("client_evidence_calls", 0) or 0)
+        if missing:
+            out.append(f"{replica}: {missing} calls have no engine span (crashed replica?); costed from gateway/client "
+                       "evidence.")
+    return out

@@ -1,0 +1,158 @@
+"""Page 2, Cost per successful task: the headline beside the naive metrics, where the money went,
+by task type / tenant / model, the trend, attempts per success and data quality.
+
+Every figure comes from ``schema.queries.cost`` (the cost job's tables; definitions in its
+docstring and DESIGN.md "Cost model").
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from app import charts, costviews, filters, fmt, ui
+from schema.store import StoreError
+
+st.title("Cost per successful task")
+f = filters.current()
+
+if ui.optional_function("schema.queries.cost:period_summary") is None:
+    ui.empty_state("The cost engine is not installed in this build.")
+    st.stop()
+
+try:
+    summary = costviews.summary_row(ui.query("schema.queries.cost:period_summary", f.start, f.end, None,
+                                             f.query_filters()))
+    prev_start = f.start - (f.end - f.start)
+    previous = costviews.summary_row(ui.query("schema.queries.cost:period_summary", prev_start, f.start, None,
+                                              f.query_filters()))
+except StoreError as exc:
+    if costviews.missing_table(exc):
+        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate`, then `infercost cost` "
+                       "(or start `infercost up`, which runs the cost job every minute).")
+        st.stop()
+    ui.store_error(exc)
+    st.stop()
+
+if summary is None or not (summary.get("spend_usd") or 0):
+    ui.empty_state("No spend in this time range yet.",
+                   "The cost job turns spans into spend once a minute; check the time range, that `fleet.yaml` "
+                   "lists your replicas' GPU prices, and that spans arrive. " + ui.no_spans_hint())
+    st.stop()
+
+
+def _delta(key: str, render, lower_better: bool = True):
+    a = summary.get(key)
+    b = previous.get(key) if previous else None
+    if a is None or b is None or pd.isna(a) or pd.isna(b):
+        return {}
+    d = float(a) - float(b)
+    return {"delta": render(d, True), "delta_color": "off" if d == 0 else "inverse" if lower_better else "normal"}
+
+
+st.caption(f"{ui.local_time(f.start, '%Y-%m-%d %H:%M')} – {ui.local_time(f.end, '%Y-%m-%d %H:%M')} "
+           f"({ui.tz_label()}); tasks count in the period in which they ended. Deltas vs the period before.")
+cols = st.columns(4)
+cols[0].metric("Cost per successful task", fmt.usd(summary.get("cpst_usd")), border=True,
+               help="All spend in the period (busy and idle GPUs) / tasks that succeeded in the period.",
+               **_delta("cpst_usd", fmt.usd))
+cols[1].metric("Cost per request (naive)", fmt.usd(summary.get("cost_per_request_usd")), border=True,
+               help="Spend / LLM calls started. Ignores retries, failures and idle: looks cheaper than it is.",
+               **_delta("cost_per_request_usd", fmt.usd))
+cols[2].metric("Cost per 1M tokens (naive)", fmt.usd(summary.get("cost_per_1m_tokens_usd")), border=True,
+               help="Spend / (prompt + output tokens) x 1,000,000.", **_delta("cost_per_1m_tokens_usd", fmt.usd))
+cols[3].metric("Attributed CPST (excl. idle)", fmt.usd(summary.get("attributed_cpst_usd")), border=True,
+               help="Spend allocated to calls (idle GPU time excluded) / successful tasks.",
+               **_delta("attributed_cpst_usd", fmt.usd))
+cols = st.columns(4)
+cols[0].metric("Spend", fmt.usd(summary.get("spend_usd")), border=True, help="GPU price x GPUs x time up (USD).",
+               **_delta("spend_usd", fmt.usd))
+cols[1].metric("Successful tasks", fmt.count(summary.get("successful_tasks")), border=True,
+               help=f"of {fmt.count(summary.get('tasks'))} tasks ended "
+                    f"({fmt.count(summary.get('failed_tasks'))} failed, {fmt.count(summary.get('abandoned_tasks'))} abandoned)",
+               **_delta("successful_tasks", fmt.count, lower_better=False))
+cols[2].metric("Attempts per successful task", fmt.count(summary.get("attempts_per_success")), border=True,
+               help="LLM call attempts (retries included) per successful task.",
+               **_delta("attempts_per_success", fmt.count))
+cols[3].metric("Goodput (tasks/h)", fmt.rate(summary.get("goodput_per_hour"), "").strip(), border=True,
+               help="Successful tasks within their latency SLO, per hour.",
+               **_delta("goodput_per_hour", lambda v, s=False: fmt.rate(v, "", s).strip(), lower_better=False))
+ratio = costviews.ratio(summary.get("cpst_usd"), summary.get("cost_per_request_usd"))
+if ratio:
+    st.info(f"A successful task costs **{ratio:.1f}x** a request: retries, failed tasks, multi-call workflows and "
+            "idle GPUs are what the naive per-request figure hides.", icon=":material/lightbulb:")
+
+st.subheader("Where the money went")
+waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
+steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
+left, right = st.columns([3, 2])
+with left:
+    fig = go.Figure(go.Waterfall(
+        orientation="v", x=[s["label"] for s in steps], y=[s["value"] for s in steps],
+        measure=[s["measure"] for s in steps], text=[fmt.usd(abs(s["value"])) for s in steps],
+        textposition="outside", connector={"line": {"color": "#999"}},
+        decreasing={"marker": {"color": "#d62728"}}, increasing={"marker": {"color": "#2ca02c"}},
+        totals={"marker": {"color": "#1f77b4"}},
+        hovertemplate="%{x}: %{text}<extra></extra>"))
+    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
+    st.plotly_chart(fig, width="stretch", key="cost_waterfall")
+with right:
+    shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
+    ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
+        "USD": st.column_config.NumberColumn(format="$%.4f"),
+        "share of spend": st.column_config.NumberColumn(format="percent"),
+        "is_subset": st.column_config.CheckboxColumn("inside the others", help="partial streams are part of the "
+                                                     "categories above, not added to them"),
+        "tokens": st.column_config.NumberColumn("tokens", format="%d")})
+    partial = waste[waste["category"] == "partial"]
+    if len(partial):
+        p = partial.iloc[0]
+        st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}, "
+                   f"{fmt.count(p.get('tokens'), 'tokens')} — already counted inside the waste categories.")
+
+st.subheader("By task type, tenant and model")
+tabs = st.tabs(["Task type", "Tenant", "Model"])
+for tab, by in zip(tabs, ("task_type", "tenant", "model")):
+    with tab:
+        df = ui.query("schema.queries.cost:period_summary", f.start, f.end, by, f.query_filters())
+        if not len(df):
+            ui.empty_state("No spend for these filters.")
+            continue
+        long = costviews.category_long(df)
+        st.altair_chart(costviews.stacked_categories(long, by), width="stretch")
+        ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
+                 column_config=costviews.GROUP_COLUMNS)
+
+st.subheader("Trend")
+bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
+trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
+if not len(trend):
+    ui.empty_state("No trend yet in this range.")
+else:
+    t = ui.to_viewer(trend, ["bucket_start"], naive=True)
+    left, right = st.columns(2)
+    with left:
+        st.markdown(f"**CPST per {costviews.bucket_label(bucket_s)} (USD)**")
+        st.altair_chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
+                                     "USD per successful task"), width="stretch")
+    with right:
+        st.markdown(f"**Spend and successful tasks per {costviews.bucket_label(bucket_s)}**")
+        st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend (USD)", "successful_tasks": "successes"},
+                                     "USD | tasks"), width="stretch")
+
+st.subheader("Data quality")
+dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
+if not len(dq):
+    ui.empty_state("No replica was up in this range.")
+else:
+    for problem in costviews.quality_problems(dq):
+        st.warning(problem, icon=":material/warning:")
+    ui.table(dq, key="cost_dq", filename="data_quality.csv", column_config={
+        "token_gap_ratio": st.column_config.NumberColumn("token gap (share of counters)", format="percent"),
+        "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.2f"),
+        "span_tokens": st.column_config.NumberColumn("span tokens", format="%d"),
+        "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%d"),
+    })
+    st.caption("Span tokens come from the calls' spans; counter tokens from vLLM's vllm:prompt_tokens + "
+               "vllm:generation_tokens counters. A gap is work the spans missed (aborted streams, lost spans).")

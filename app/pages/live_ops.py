@@ -1,0 +1,206 @@
+"""Page 1, Live operations: fleet tiles, replica health, windowed quantiles, finish reasons.
+
+Refreshes itself every 5 s without reloading the page (``st.fragment(run_every=5)``) when the time
+range follows the clock. Every figure comes from ``schema.queries.ops`` (see its docstring for the
+definitions: windowed quantiles, ITL per request, error and retry ratios, goodput).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+import streamlit as st
+
+from app import charts, filters, fmt, ui
+from schema.store import StoreError
+
+REFRESH_S = 5
+WINDOWS = {"1 min": 60, "5 min": 300, "15 min": 900}
+
+st.title("Live operations")
+f = filters.current()
+
+try:
+    status = ui.query("schema.queries.ops:ingest_status", live=True)
+except StoreError as exc:
+    ui.store_error(exc)
+    st.stop()
+if status.spans == 0 and status.gauge_points == 0:
+    ui.empty_state("Nothing to show yet.", ui.no_spans_hint())
+    st.stop()
+
+window_label = st.segmented_control("Tile window (compared with the window before it)", list(WINDOWS),
+                                    default="5 min", key="live_window") or "5 min"
+window_s = WINDOWS[window_label]
+
+# (label, attribute, formatter(value, signed), lower is better?, help). Rates carry their unit in the
+# label so six tiles fit a row.
+TILES = [
+    ("Requests (req/s)", "requests_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+     "Engine requests (vLLM llm_request spans) that finished in the window / window seconds."),
+    ("Output tokens (tok/s)", "output_tokens_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+     "Generated tokens of those requests / window seconds."),
+    ("TTFT p50", "ttft_p50_s", fmt.seconds, True, "Time to first token (arrival -> first token), median."),
+    ("TTFT p95", "ttft_p95_s", fmt.seconds, True, "Time to first token, 95th percentile over the window."),
+    ("TTFT p99", "ttft_p99_s", fmt.seconds, True, "Time to first token, 99th percentile over the window."),
+    ("ITL p95", "itl_p95_s", fmt.seconds, True,
+     "Inter-token latency per request = decode time / (output tokens - 1); 95th percentile over requests."),
+    ("Error rate", "error_rate", fmt.pct, True,
+     "Failed upstream attempts / attempts, seen at the gateway (crashed replicas included), else at the engine."),
+    ("Retry ratio", "retry_ratio", fmt.pct, True,
+     "Retry attempts (client task.attempt >= 2, plus the gateway's hidden retries) / all attempts."),
+    ("Queue depth (req)", "queue_depth", lambda v, s=False: fmt.count(v, "", s), True,
+     "Sum over replicas of the last vllm:num_requests_waiting in the window."),
+    ("Running (req)", "running", lambda v, s=False: fmt.count(v, "", s), False,
+     "Sum over replicas of the last vllm:num_requests_running (batch occupancy)."),
+    ("KV-cache use", "kv_cache_usage", fmt.pct, True,
+     "Mean over replicas of the last vllm:kv_cache_usage_perc (0-100 %)."),
+    ("Goodput (tasks/h)", "goodput_per_h", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+     "Successful tasks that met their end-to-end SLO (slo.e2e_ms), per hour."),
+]
+
+
+def tiles(view: filters.Filters) -> None:
+    start = view.end - timedelta(seconds=window_s)
+    t = ui.query("schema.queries.ops:fleet_tiles", start, view.end, view.query_filters(), live=True)
+    st.caption(f"Window {ui.local_time(start, '%H:%M:%S')} – {ui.local_time(view.end, '%H:%M:%S')} "
+               f"({ui.tz_label()}) vs the {window_label} before it.")
+    for row in (TILES[:6], TILES[6:]):
+        cols = st.columns(len(row))
+        for col, (label, attr, render, lower_better, help_) in zip(cols, row):
+            value = getattr(t.current, attr)
+            delta = t.delta(attr)
+            color = "off" if not delta else "inverse" if lower_better else "normal"
+            col.metric(label, render(value), delta=None if delta is None else render(delta, True),
+                       delta_color=color, help=help_, border=True)
+    if t.current.requests == 0:
+        ui.empty_state(f"No engine request finished in the last {window_label}.",
+                       "Widen the tile window or the time range, or check that vLLM exports spans. " + ui.no_spans_hint()
+                       if status.engine_calls == 0 else "Widen the tile window or the time range.")
+
+
+def replica_table(view: filters.Filters, bucket_s: int) -> None:
+    st.subheader("Replica health")
+    start = view.end - timedelta(seconds=window_s)
+    health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), live=True)
+    if not len(health):
+        ui.empty_state("No replica reported in this window.", ui.no_spans_hint())
+        return
+    series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
+                      live=True)
+    per_replica = series[series["replica"] != ""]
+    spark = {r: [None if pd.isna(v) else round(float(v) * 1000, 1) for v in g.sort_values("bucket")["ttft_p95_s"]]
+             for r, g in per_replica.groupby("replica")}
+    table = pd.DataFrame({
+        "status": ["degraded" if d else "ok" for d in health["degraded"]],
+        "replica": health["replica"],
+        "GPU": health["gpu_type"],
+        "running": health["running"],
+        "waiting": health["waiting"],
+        "KV use": health["kv_cache_usage"],
+        "requests": health["requests"],
+        "TTFT p95 (ms)": pd.to_numeric(health["ttft_p95_s"], errors="coerce") * 1000,
+        "TTFT vs fleet": health["ttft_vs_fleet"],
+        "ITL p95 (ms)": pd.to_numeric(health["itl_p95_s"], errors="coerce") * 1000,
+        "ITL vs fleet": health["itl_vs_fleet"],
+        "error rate": health["error_rate"],
+        "why flagged": health["reason"],
+        "TTFT p95 trend (ms)": [spark.get(r, []) for r in health["replica"]],
+    })
+    config = {
+        "status": st.column_config.TextColumn("status", help="degraded: TTFT/ITL p95 > 2x the fleet median or error rate > 5 %"),
+        "running": st.column_config.NumberColumn("running (req)", format="%d"),
+        "waiting": st.column_config.NumberColumn("waiting (req)", format="%d"),
+        "KV use": st.column_config.ProgressColumn("KV-cache use", min_value=0.0, max_value=1.0, format="percent"),
+        "TTFT p95 (ms)": st.column_config.NumberColumn(format="%.0f ms"),
+        "ITL p95 (ms)": st.column_config.NumberColumn(format="%.1f ms"),
+        "TTFT vs fleet": st.column_config.NumberColumn("TTFT p95 / fleet median", format="%.2fx"),
+        "ITL vs fleet": st.column_config.NumberColumn("ITL p95 / fleet median", format="%.2fx"),
+        "error rate": st.column_config.NumberColumn(format="percent"),
+        "TTFT p95 trend (ms)": st.column_config.LineChartColumn("TTFT p95 over the range (ms)", width="medium"),
+    }
+    ui.table(table, key="live_replicas", filename="replica_health.csv", column_config=config)
+    flagged = health[health["degraded"]]
+    for _, r in flagged.iterrows():
+        st.warning(f"Replica **{r['replica']}** ({r['gpu_type'] or 'unknown GPU'}) looks degraded: {r['reason']}.",
+                   icon=":material/warning:")
+
+
+def time_series(view: filters.Filters, bucket_s: int) -> None:
+    st.subheader("Latency and load over time")
+    st.caption(f"Quantiles over the requests of each {fmt.seconds(bucket_s) if bucket_s < 60 else f'{bucket_s // 60} min'} "
+               f"bucket (never lifetime averages); times in {ui.tz_label()}.")
+    series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
+                      live=True)
+    gauges = ui.query("schema.queries.ops:gauge_series", view.start, view.end, bucket_s, view.query_filters(),
+                      live=True)
+    if not len(series) and not len(gauges):
+        ui.empty_state("No engine requests or gauges in this time range.", "Widen the time range.")
+        return
+    fleet = ui.to_viewer(series[series["replica"] == ""], ["bucket"], naive=True)
+    per_replica = ui.to_viewer(series[series["replica"] != ""], ["bucket"], naive=True)
+    for col in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p95_s", "e2e_p95_s"):
+        fleet[col.replace("_s", "_ms")] = pd.to_numeric(fleet[col], errors="coerce") * 1000
+        per_replica[col.replace("_s", "_ms")] = pd.to_numeric(per_replica[col], errors="coerce") * 1000
+    fleet["error_pct"] = pd.to_numeric(fleet["error_rate"], errors="coerce") * 100
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**TTFT quantiles (ms)**")
+        st.altair_chart(charts.lines(fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95",
+                                                       "ttft_p99_ms": "p99"}, "ms"), width="stretch")
+        st.markdown("**ITL p95 by replica (ms)**")
+        st.altair_chart(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"), width="stretch")
+        st.markdown("**Throughput (requests/s)**")
+        st.altair_chart(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"}, "req/s"), width="stretch")
+    with right:
+        st.markdown("**TTFT p95 by replica (ms)**")
+        st.altair_chart(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"), width="stretch")
+        st.markdown("**End-to-end latency p95 (s)**")
+        st.altair_chart(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), width="stretch")
+        st.markdown("**Errors (% of engine requests: error or abort)**")
+        st.altair_chart(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), width="stretch")
+    if len(gauges):
+        g = ui.to_viewer(gauges, ["bucket"], naive=True)
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**Queue and batch (requests, summed over replicas)**")
+            st.altair_chart(charts.lines(g, "bucket", {"waiting": "waiting", "running": "running"}, "requests"),
+                            width="stretch")
+        with right:
+            st.markdown("**KV-cache use (mean over replicas)**")
+            g["kv_pct"] = g["kv_usage"] * 100
+            st.altair_chart(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), width="stretch")
+
+
+def finish_reasons(view: filters.Filters) -> None:
+    st.subheader("Finish reasons")
+    start = view.end - timedelta(seconds=window_s)
+    df = ui.query("schema.queries.ops:finish_reasons", start, view.end, view.query_filters(), live=True)
+    if not len(df):
+        ui.empty_state(f"No engine request finished in the last {window_label}.")
+        return
+    left, right = st.columns([2, 1])
+    with left:
+        st.altair_chart(charts.bars(df, "finish_reason", "requests", "requests"), width="stretch")
+    with right:
+        ui.table(df.rename(columns={"share": "share (0-1)"}), key="live_finish", filename="finish_reasons.csv",
+                 column_config={"share (0-1)": st.column_config.NumberColumn("share", format="percent")})
+
+
+@st.fragment(run_every=REFRESH_S if f.live else None)
+def live_panel() -> None:
+    view = f.refreshed()
+    bucket_s = charts.bucket_for(view.seconds)
+    try:
+        tiles(view)
+        replica_table(view, bucket_s)
+        time_series(view, bucket_s)
+        finish_reasons(view)
+    except StoreError as exc:
+        ui.store_error(exc)
+    if f.live:
+        st.caption(f"Refreshes every {REFRESH_S} s · last update {ui.local_time(view.end, '%H:%M:%S')} ({ui.tz_label()})")
+
+
+live_panel()

@@ -1,0 +1,127 @@
+"""Page 4, Tasks: a searchable table of tasks and a drill-down (Gantt of steps, attempts and calls).
+
+Data: ``schema.queries.cost.tasks_table`` and ``task_calls`` (the cost job's per-task and per-call
+rows). Select a row (or open ``?task=<id>``) to see the task's timeline.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app import costviews, filters, fmt, ui
+from schema.store import StoreError
+
+LIMIT = 1000
+
+st.title("Tasks")
+f = filters.current()
+if ui.optional_function("schema.queries.cost:tasks_table") is None:
+    ui.empty_state("The cost engine is not installed in this build.")
+    st.stop()
+
+search = st.text_input("Search (task id, type or tenant)", key="tasks_search",
+                       value=st.query_params.get("q", ""), placeholder="e.g. research_agent, acme, 3f2a…")
+if search:
+    st.query_params["q"] = search
+elif "q" in st.query_params:
+    del st.query_params["q"]
+
+try:
+    tasks = ui.query("schema.queries.cost:tasks_table", f.start, f.end, search or None, LIMIT)
+except StoreError as exc:
+    if costviews.missing_table(exc):
+        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate` and the cost job.")
+        st.stop()
+    ui.store_error(exc)
+    st.stop()
+
+# tasks_table takes no model / tenant / task-type filter: apply the sidebar's to the rows returned.
+for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "task_type")):
+    value = getattr(f, key)
+    if value and col in tasks.columns:
+        tasks = tasks[tasks[col] == value]
+
+if not len(tasks):
+    ui.empty_state("No task ended in this range" + (f" matching “{search}”." if search else "."),
+                   "Tasks appear when the task SDK marks them (task.id / task.outcome) and the cost job has run.")
+    st.stop()
+
+tasks = tasks.reset_index(drop=True)
+waste = tasks[[c for c in ("retry_waste_usd", "failed_task_waste_usd") if c in tasks.columns]].sum(axis=1)
+view = pd.DataFrame({
+    "task_id": tasks["task_id"], "type": tasks["task_type"], "tenant": tasks["tenant_id"],
+    "outcome": tasks["outcome"], "attempts": tasks["attempts"], "calls": tasks["calls"],
+    "cost (USD)": tasks["cost_usd"], "waste (USD)": waste,
+    "partial calls": tasks.get("partial_calls"), "e2e (s)": tasks.get("e2e_s"),
+    "SLO met": tasks.get("slo_met").astype(bool) if "slo_met" in tasks else None,
+    "ended": ui.to_viewer(tasks, ["end_time"])["end_time"],
+})
+st.caption(f"{fmt.count(len(view))} tasks (newest first, at most {LIMIT:,}); times in {ui.tz_label()}. "
+           "Select a row for its timeline.")
+event = ui.table(view, key="tasks_table", filename="tasks.csv", on_select="rerun", selection_mode="single-row",
+                 height=360, column_config={
+                     "cost (USD)": st.column_config.NumberColumn(format="$%.5f"),
+                     "waste (USD)": st.column_config.NumberColumn(format="$%.5f"),
+                     "e2e (s)": st.column_config.NumberColumn(format="%.2f s"),
+                     "ended": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+                 })
+
+selected = None
+rows = getattr(getattr(event, "selection", None), "rows", None) or []
+if rows:
+    selected = view.iloc[rows[0]]["task_id"]
+    st.query_params["task"] = selected
+elif st.query_params.get("task"):
+    selected = st.query_params.get("task")
+if not selected:
+    st.stop()
+
+st.subheader(f"Task {selected}")
+calls = ui.query("schema.queries.cost:task_calls", selected)
+row = tasks[tasks["task_id"] == selected]
+if len(row):
+    r = row.iloc[0]
+    cols = st.columns(5)
+    cols[0].metric("Outcome", str(r["outcome"]), border=True)
+    cols[1].metric("Cost", fmt.usd(r["cost_usd"]), border=True)
+    cols[2].metric("Waste", fmt.usd(float(r.get("retry_waste_usd", 0) or 0) + float(r.get("failed_task_waste_usd", 0) or 0)),
+                   border=True, help="retry waste + failed-task waste (USD)")
+    cols[3].metric("Attempts", fmt.count(r["attempts"]), border=True)
+    cols[4].metric("End to end", fmt.seconds(r.get("e2e_s")), border=True)
+if not len(calls):
+    ui.empty_state("No calls recorded for this task (yet).")
+    st.stop()
+
+g = ui.to_viewer(calls, ["start_time", "end_time"], naive=True)
+g["lane"] = [f"{s or '(no step)'} · attempt {int(a) if pd.notna(a) else '?'}" for s, a in zip(g["task_step"], g["task_attempt"])]
+g["what"] = [("partial stream" if p else (c or "")) for p, c in zip(g["partial"], g["category"])]
+lanes = list(dict.fromkeys(g.sort_values("start_time")["lane"]))
+gantt = (alt.Chart(g).mark_bar(height=16, cornerRadius=2)
+         .encode(x=alt.X("start_time:T", title=f"time ({ui.tz_label()})"), x2="end_time:T",
+                 y=alt.Y("lane:N", sort=lanes, title=None),
+                 color=alt.Color("what:N", title="category",
+                                 scale=alt.Scale(domain=["useful", "retry_waste", "failed_task_waste", "pending",
+                                                         "unattributed", "partial stream"],
+                                                 range=["#2ca02c", "#ff7f0e", "#d62728", "#bcbd22", "#9467bd",
+                                                        "#8c564b"])),
+                 tooltip=["task_step:N", "task_attempt:Q", "replica:N", "call_source:N", "status:N", "error_type:N",
+                          "finish_reason:N", "prompt_tokens:Q", "output_tokens:Q",
+                          alt.Tooltip("ttft_s:Q", title="TTFT (s)", format=".3f"),
+                          alt.Tooltip("e2e_s:Q", title="e2e (s)", format=".3f"),
+                          alt.Tooltip("cost_usd:Q", title="cost (USD)", format="$.6f"), "category:N"])
+         .properties(height=max(120, 28 * len(lanes))))
+text = alt.Chart(g).mark_text(align="left", dx=4, fontSize=11).encode(
+    x="end_time:T", y=alt.Y("lane:N", sort=lanes), text="replica:N")
+st.altair_chart(gantt + text, width="stretch")
+cols = [c for c in ["task_step", "task_attempt", "replica", "gpu_type", "call_source", "start_time", "e2e_s", "ttft_s",
+                    "status", "error_type", "finish_reason", "partial", "prompt_tokens", "output_tokens", "cost_usd",
+                    "category"] if c in calls.columns]
+ui.table(ui.to_viewer(calls, ["start_time"])[cols], key="task_calls", filename=f"task_{selected}_calls.csv",
+         column_config={"cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%.6f"),
+                        "e2e_s": st.column_config.NumberColumn("e2e (s)", format="%.3f"),
+                        "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f"),
+                        "partial": st.column_config.CheckboxColumn("partial stream"),
+                        "start_time": st.column_config.DatetimeColumn(f"start ({ui.tz_label()})",
+                                                                       format="HH:mm:ss.SSS")})

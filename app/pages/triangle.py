@@ -1,0 +1,102 @@
+"""Page 3, the latency-cost-throughput triangle: one point per replica and window.
+
+x = throughput (tokens/s or successful tasks/h), y = p99 latency (TTFT or end-to-end), colour =
+cost per successful task, size = batch occupancy (mean running requests); the Pareto frontier and
+the current operating point (each replica's latest window) are drawn. Data:
+``schema.queries.cost.replica_windows``.
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app import costviews, filters, fmt, pareto, ui
+from schema.store import StoreError
+
+st.title("Latency-cost-throughput triangle")
+f = filters.current()
+if ui.optional_function("schema.queries.cost:replica_windows") is None:
+    ui.empty_state("The cost engine is not installed in this build.")
+    st.stop()
+
+WINDOWS = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600}
+X_AXES = {"output tokens/s": "output_tokens_per_s", "tokens/s (prompt + output)": "throughput_tokens_per_s",
+          "successful tasks/h": "successful_tasks_per_hour"}
+Y_AXES = {"TTFT p99 (s)": "ttft_p99_s", "end-to-end p99 (s)": "e2e_p99_s"}
+
+c1, c2, c3 = st.columns(3)
+window_label = c1.selectbox("Window", list(WINDOWS), index=1, key="tri_window")
+x_label = c2.selectbox("Throughput", list(X_AXES), key="tri_x")
+y_label = c3.selectbox("Tail latency", list(Y_AXES), key="tri_y")
+window_s, x, y = WINDOWS[window_label], X_AXES[x_label], Y_AXES[y_label]
+
+try:
+    df = ui.query("schema.queries.cost:replica_windows", f.start, f.end, window_s)
+except StoreError as exc:
+    if costviews.missing_table(exc):
+        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate` and the cost job.")
+        st.stop()
+    ui.store_error(exc)
+    st.stop()
+
+if not len(df):
+    ui.empty_state("No replica windows in this range.",
+                   "Points appear once replicas have served requests and the cost job has run. " + ui.no_spans_hint())
+    st.stop()
+
+pts = ui.to_viewer(df, ["window_start"], naive=True)
+pts["running"] = pd.to_numeric(pts.get("running_requests_avg"), errors="coerce").fillna(0.0)
+latest = pts["window_start"] == pts.groupby("replica")["window_start"].transform("max")
+pts["point"] = ["current (latest window)" if v else "earlier window" for v in latest]
+front = pareto.frontier(pts, x, y)
+pts["on_frontier"] = pts.index.isin(front.index)
+
+tooltip = [alt.Tooltip("replica:N"), alt.Tooltip("window_start:T", title="window start", format="%Y-%m-%d %H:%M"),
+           alt.Tooltip("requests:Q", title="requests"),
+           alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
+           alt.Tooltip("throughput_tokens_per_s:Q", title="tokens/s (prompt+output)", format=",.1f"),
+           alt.Tooltip("successful_tasks_per_hour:Q", title="successful tasks/h", format=",.1f"),
+           alt.Tooltip("ttft_p99_s:Q", title="TTFT p99 (s)", format=".3f"),
+           alt.Tooltip("e2e_p99_s:Q", title="e2e p99 (s)", format=".3f"),
+           alt.Tooltip("cpst_usd:Q", title="CPST (USD)", format="$.4f"),
+           alt.Tooltip("spend_usd:Q", title="spend (USD)", format="$.4f"),
+           alt.Tooltip("running:Q", title="running requests (mean)", format=".1f")]
+base = alt.Chart(pts).encode(x=alt.X(f"{x}:Q", title=x_label), y=alt.Y(f"{y}:Q", title=y_label))
+points = base.mark_circle(opacity=0.75, stroke="white", strokeWidth=0.5).encode(
+    color=alt.Color("cpst_usd:Q", title="CPST (USD)", scale=alt.Scale(scheme="redyellowgreen", reverse=True)),
+    size=alt.Size("running:Q", title="running requests", scale=alt.Scale(range=[30, 600])),
+    tooltip=tooltip)
+current = base.transform_filter(alt.datum.point == "current (latest window)").mark_point(
+    shape="diamond", size=320, filled=False, strokeWidth=2.5, color="black").encode(tooltip=tooltip)
+labels = base.transform_filter(alt.datum.point == "current (latest window)").mark_text(
+    dx=12, dy=-10, fontWeight="bold", align="left").encode(text="replica:N")
+frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2, interpolate="step-after"
+                                           ).encode(x=f"{x}:Q", y=f"{y}:Q")
+st.altair_chart((points + frontier_line + current + labels).properties(height=520).interactive(), width="stretch")
+st.markdown(
+    "**Reading it.** Each dot is one replica over one window. Right is more throughput, down is a better tail; "
+    "green is cheaper per successful task, a bigger dot is a fuller batch. The dashed line is the **Pareto "
+    "frontier** (no other window had both more throughput and a lower p99); black diamonds are the **current "
+    "operating point** of each replica. Larger batches buy throughput and lower cost per task at the price of "
+    "tail latency: moving right along the frontier trades p99 for dollars.")
+
+st.subheader("Windows")
+table = pts.sort_values(["window_start", "replica"], ascending=[False, True])
+cols = [c for c in ["replica", "window_start", "requests", "output_tokens_per_s", "throughput_tokens_per_s",
+                    "successful_tasks", "successful_tasks_per_hour", "ttft_p99_s", "e2e_p99_s", "spend_usd",
+                    "idle_usd", "cpst_usd", "running_requests_avg", "on_frontier"] if c in table.columns]
+ui.table(table[cols], key="tri_table", filename="triangle_windows.csv", column_config={
+    "window_start": st.column_config.DatetimeColumn(f"window start ({ui.tz_label()})", format="YYYY-MM-DD HH:mm"),
+    "output_tokens_per_s": st.column_config.NumberColumn("output tok/s", format="%.1f"),
+    "throughput_tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
+    "successful_tasks_per_hour": st.column_config.NumberColumn("successes/h", format="%.1f"),
+    "ttft_p99_s": st.column_config.NumberColumn("TTFT p99 (s)", format="%.3f"),
+    "e2e_p99_s": st.column_config.NumberColumn("e2e p99 (s)", format="%.2f"),
+    "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.4f"),
+    "idle_usd": st.column_config.NumberColumn("idle (USD)", format="$%.4f"),
+    "cpst_usd": st.column_config.NumberColumn("CPST (USD)", format="$%.4f"),
+    "running_requests_avg": st.column_config.NumberColumn("running (mean req)", format="%.1f"),
+}, height=320)
+st.caption(f"{fmt.count(len(pts))} points, {fmt.count(len(front))} on the frontier.")

@@ -1,0 +1,118 @@
+"""Streamlit helpers shared by the pages: cached named-query calls, tables with CSV download,
+empty states, time-zone conversion, metric tiles.
+
+Every figure on a page comes from a function of ``schema.queries.*`` called through
+:func:`query` (results cached ``ttl`` seconds per store, function and arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import pandas as pd
+import streamlit as st
+
+from app import store_provider
+
+LIVE_TTL_S = 5  # live tiles refresh every 5 s (issue 6), so results older than that are useless
+SLOW_TTL_S = 60  # cost pages: the cost job itself runs about once a minute
+
+
+def _resolve(path: str):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@st.cache_data(ttl=LIVE_TTL_S, show_spinner=False, max_entries=500)
+def _cached_live(_store, store_key: str, path: str, args: tuple, kwargs: dict):
+    return _resolve(path)(_store, *args, **kwargs)
+
+
+@st.cache_data(ttl=SLOW_TTL_S, show_spinner=False, max_entries=500)
+def _cached_slow(_store, store_key: str, path: str, args: tuple, kwargs: dict):
+    return _resolve(path)(_store, *args, **kwargs)
+
+
+def query(path: str, *args, live: bool = False, **kwargs):
+    """Call the named-query function ``path`` ('module:function') on the dashboard's store, cached."""
+    store = store_provider.get_store()
+    fn = _cached_live if live else _cached_slow
+    return fn(store, store_provider.store_key(), path, args, kwargs)
+
+
+def optional_function(path: str):
+    """The function at 'module:function' or None if that module / name does not exist (yet)."""
+    try:
+        return _resolve(path)
+    except (ImportError, AttributeError):
+        return None
+
+
+def viewer_tz():
+    """The viewer's time zone (from the browser, ``st.context.timezone``), UTC when unknown."""
+    name = None
+    try:
+        name = st.context.timezone
+    except Exception:  # outside a browser session (tests, bare mode) there is no context
+        name = None
+    try:
+        return ZoneInfo(name) if name else timezone.utc
+    except ZoneInfoNotFoundError:
+        return timezone.utc
+
+
+def tz_label() -> str:
+    tz = viewer_tz()
+    return getattr(tz, "key", None) or "UTC"
+
+
+def to_viewer(df: pd.DataFrame, columns, naive: bool = False) -> pd.DataFrame:
+    """Copy of ``df`` with UTC time ``columns`` converted to the viewer's zone (naive if ``naive``, for charts)."""
+    df = df.copy()
+    tz = viewer_tz()
+    for col in columns:
+        if col not in df.columns:
+            continue
+        s = pd.to_datetime(df[col], errors="coerce")
+        if s.dt.tz is None:
+            s = s.dt.tz_localize("UTC")
+        s = s.dt.tz_convert(tz)
+        df[col] = s.dt.tz_localize(None) if naive else s
+    return df
+
+
+def local_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
+    if value is None:
+        return "—"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(viewer_tz()).strftime(fmt)
+
+
+def table(df: pd.DataFrame, key: str, filename: str, column_config: dict | None = None, height=None,
+          hide_index: bool = True, **kwargs):
+    """Show ``df`` and a 'Download CSV' button for exactly the rows shown. Returns the dataframe event."""
+    event = st.dataframe(df, column_config=column_config, hide_index=hide_index, width="stretch", key=key,
+                         height=height if height is not None else "auto", **kwargs)
+    export = df.drop(columns=[c for c in df.columns if df[c].map(lambda v: isinstance(v, (list, tuple))).any()],
+                     errors="ignore") if len(df) else df
+    st.download_button("Download CSV", export.to_csv(index=False).encode(), file_name=filename, mime="text/csv",
+                       key=f"{key}_csv", icon=":material/download:")
+    return event
+
+
+def empty_state(message: str, hint: str = "") -> None:
+    """A friendly 'nothing yet' box that says what to do."""
+    st.info(message + (f"\n\n{hint}" if hint else ""), icon=":material/info:")
+
+
+def no_spans_hint() -> str:
+    endpoint = store_provider.context("otlp_endpoint", "http://<infercost host>:4318/v1/traces")
+    return (f"No spans yet: point vLLM's `--otlp-traces-endpoint` at `{endpoint}` "
+            "(with `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`), or run `infercost demo`.")
+
+
+def store_error(exc: Exception) -> None:
+    st.error(f"The store did not answer: {exc}", icon=":material/error:")

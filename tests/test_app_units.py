@@ -1,0 +1,92 @@
+"""Plain modules of the dashboard: URL filters, Pareto frontier, formatting, cost-view shaping."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from app import costviews, fmt, pareto
+from app.filters import CUSTOM, Filters, parse_params, parse_time
+
+UTC = timezone.utc
+NOW = datetime(2026, 11, 2, 12, 0, 0, tzinfo=UTC)
+
+
+def test_presets_follow_now_and_anchor_to_end():
+    f = parse_params({"range": "6h"}, now=NOW)
+    assert (f.start, f.end, f.live) == (NOW - timedelta(hours=6), NOW, True)
+    later = f.refreshed(NOW + timedelta(seconds=5))
+    assert later.end == NOW + timedelta(seconds=5) and later.seconds == 6 * 3600
+    anchored = parse_params({"range": "1h", "end": "2026-11-02T11:00:00Z"}, now=NOW)
+    assert anchored.end == datetime(2026, 11, 2, 11, tzinfo=UTC) and not anchored.live
+    assert anchored.refreshed(NOW) == anchored
+    assert anchored.to_params() == {"range": "1h", "end": "2026-11-02T11:00:00Z"}
+
+
+def test_custom_range_and_filters_round_trip():
+    params = {"range": CUSTOM, "start": "2026-11-02T10:00:00+01:00", "end": "2026-11-02T10:30:00Z",
+              "tenant": "acme", "task_type": "chat"}
+    f = parse_params(params, now=NOW)
+    assert f.start == datetime(2026, 11, 2, 9, tzinfo=UTC)  # the offset is honoured, stored as UTC
+    assert f.query_filters() == {"model": "", "tenant": "acme", "task_type": "chat"}
+    assert parse_params(f.to_params(), now=NOW) == f
+    assert f.to_params()["start"] == "2026-11-02T09:00:00Z"
+
+
+@pytest.mark.parametrize("params, problem", [
+    ({"range": "2w"}, "unknown range"),
+    ({"range": CUSTOM, "end": "2026-11-02T10:00:00Z"}, "needs both start"),
+    ({"range": CUSTOM, "start": "2026-11-02T11:00:00Z", "end": "2026-11-02T10:00:00Z"}, "is not before"),
+    ({"range": "1h", "end": "tomorrow"}, "not an ISO 8601 time"),
+])
+def test_bad_url_values_fall_back_with_a_reason(params, problem):
+    f = parse_params(params, now=NOW)
+    assert (f.preset, f.end, f.live) == ("1h", NOW, True)
+    assert any(problem in p for p in f.problems)
+
+
+def test_parse_time_naive_is_utc():
+    assert parse_time("2026-11-02T10:00:00") == datetime(2026, 11, 2, 10, tzinfo=UTC)
+    with pytest.raises(ValueError, match="ISO 8601"):
+        parse_time("10 o'clock")
+
+
+def test_pareto_frontier():
+    df = pd.DataFrame({"x": [10, 20, 30, 25, 5, 30, None], "y": [1.0, 2.0, 5.0, 6.0, 0.5, 5.0, 0.1]})
+    front = pareto.frontier(df, "x", "y")
+    # (25, 6) is dominated by (30, 5); the two (30, 5) ties both stay; the NaN row is ignored
+    assert list(zip(front["x"], front["y"])) == [(5, 0.5), (10, 1.0), (20, 2.0), (30, 5.0), (30, 5.0)]
+    assert len(pareto.frontier(df.iloc[0:0], "x", "y")) == 0
+
+
+def test_formatting_with_units():
+    assert fmt.seconds(0.4) == "400 ms" and fmt.seconds(2.345) == "2.35 s" and fmt.seconds(0.35, True) == "+350 ms"
+    assert fmt.seconds(0.0042) == "4.2 ms" and fmt.seconds(None) == fmt.DASH and fmt.seconds(float("nan")) == fmt.DASH
+    assert fmt.pct(0.375) == "37.5 %" and fmt.pct(-0.014, True) == "-1.4 pp"
+    assert fmt.usd(1234.5) == "$1,234.50" and fmt.usd(0.0042) == "$0.00420" and fmt.usd(-2, True) == "-$2.00"
+    assert fmt.usd(0.25) == "$0.2500" and fmt.usd(0) == "$0.00"
+    assert fmt.rate(1356.2, "tasks/h") == "1,356 tasks/h" and fmt.rate(0.0133, "") == "0.01 "
+    assert fmt.count(3) == "3" and fmt.count(3, signed=True) == "+3" and fmt.count(1.25) == "1.2"
+
+
+def test_waterfall_goes_from_spend_to_useful():
+    waste = pd.DataFrame({"category": ["useful", "retry_waste", "failed_task_waste", "pending", "unattributed",
+                                       "idle", "partial"],
+                          "usd": [6.0, 1.0, 0.5, 0.0, 0.25, 2.25, 0.3]})
+    steps = costviews.waterfall_steps(waste, 10.0)
+    assert [s["label"] for s in steps] == ["Total spend", "Idle GPUs", "Unattributed", "Failed-task waste",
+                                           "Retry waste", "Useful work"]
+    assert sum(s["value"] for s in steps if s["measure"] != "total") == pytest.approx(steps[-1]["value"])
+    assert costviews.ratio(2.0, 0.5) == 4.0 and costviews.ratio(1, 0) is None and costviews.ratio(None, 1) is None
+
+
+def test_quality_problems_are_sentences():
+    dq = pd.DataFrame({"replica": ["r1", "r2"], "token_gap_ratio": [0.2, 0.01], "default_priced_minutes": [0, 3],
+                       "unpriced_minutes": [0, 0], "gateway_evidence_calls": [2, 0], "client_evidence_calls": [0, 0]})
+    problems = costviews.quality_problems(dq)
+    assert any("r1" in p and "20%" in p for p in problems)
+    assert any("r2" in p and "default GPU price for 3 minutes" in p for p in problems)
+    assert any("r1: 2 calls have no engine span" in p for p in problems)
+    assert len(problems) == 3

@@ -1,0 +1,110 @@
+"""Live-operations named queries (schema/queries/ops.py) on a hand-checkable store.
+
+The figures are computed by hand from tests/dashboard_seed.tiny_scenario's docstring.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from dashboard_seed import tiny_scenario
+from schema.queries import ops
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def tiny(store):
+    return store, tiny_scenario(store)
+
+
+def test_fleet_tiles_hand_computed(tiny):
+    store, w = tiny
+    t = ops.fleet_tiles(store, w["start"], w["end"])
+    c = t.current
+    assert c.requests == 4
+    assert c.requests_per_s == pytest.approx(4 / 300)
+    assert c.output_tokens_per_s == pytest.approx(42 / 300)
+    # nearest-rank quantiles of TTFT [0.1, 0.2, 0.4, 0.8]
+    assert (c.ttft_p50_s, c.ttft_p95_s, c.ttft_p99_s) == (0.4, 0.8, 0.8)
+    # per-request ITL: a 0.9/9 = 0.1, b 1.8/20 = 0.09, c 2.6/10 = 0.26 (d has no tokens)
+    assert c.itl_p95_s == pytest.approx(0.26)
+    assert c.e2e_p95_s == pytest.approx(3.0)
+    # gateway attempts: 5, two failed (503 and the aborted stream)
+    assert (c.error_rate, c.error_source) == (pytest.approx(0.4), "gateway")
+    # 1 client retry + 1 hidden gateway retry over 4 client attempts + 1 hidden retry
+    assert c.retry_ratio == pytest.approx(2 / 5)
+    assert c.queue_depth == 4.0 and c.running == 3.0
+    assert c.kv_cache_usage == pytest.approx(0.375)
+    # t1 (1.5 s <= 5 s) within SLO, t2 (9 s) succeeded late, t3 failed: 1 task in 300 s = 12 / h
+    assert (c.tasks_ended, c.tasks_succeeded, c.tasks_within_slo) == (3, 2, 1)
+    assert c.goodput_per_h == pytest.approx(12.0)
+    p = t.previous
+    assert p.requests == 1 and p.ttft_p50_s == 0.05 and p.error_source == "engine" and p.error_rate == 0.0
+    assert p.queue_depth == 1.0 and p.running is None and p.goodput_per_h is None
+    assert t.delta("ttft_p50_s") == pytest.approx(0.35)
+    assert t.delta("running") is None
+
+
+def test_tenant_filter_reaches_engine_rows_through_parents(tiny):
+    store, w = tiny
+    acme = ops.fleet_tiles(store, w["start"], w["end"], {"tenant": "acme"}).current
+    assert acme.requests == 4  # every engine row's parent gateway attempt is acme's
+    other = ops.fleet_tiles(store, w["start"], w["end"], {"tenant": "globex"}).current
+    assert other.requests == 0 and other.requests_per_s is None and other.error_rate is None
+    assert ops.fleet_tiles(store, w["start"], w["end"], {"model": "nope"}).current.requests == 0
+
+
+def test_replica_health_flags_the_erroring_replica(tiny):
+    store, w = tiny
+    h = ops.replica_health(store, w["start"], w["end"]).set_index("replica")
+    assert list(h.index) == ["r1", "r2"]
+    assert h.loc["r1", "requests"] == 2 and h.loc["r1", "output_tokens"] == 31
+    assert h.loc["r1", "ttft_p95_s"] == pytest.approx(0.2) and h.loc["r2", "ttft_p95_s"] == pytest.approx(0.8)
+    # r2: 3 gateway attempts, 2 failed
+    assert h.loc["r2", "error_rate"] == pytest.approx(2 / 3) and h.loc["r1", "error_rate"] == 0.0
+    # fleet median of TTFT p95s = (0.2 + 0.8) / 2 = 0.5
+    assert h.loc["r2", "ttft_vs_fleet"] == pytest.approx(1.6)
+    assert (h.loc["r1", "running"], h.loc["r1", "waiting"], h.loc["r1", "kv_cache_usage"]) == (2.0, 1.0, 0.5)
+    assert bool(h.loc["r2", "degraded"]) and "error rate 67%" in h.loc["r2", "reason"]
+    assert not bool(h.loc["r1", "degraded"])
+
+
+def test_series_finish_reasons_status_and_filter_values(tiny):
+    store, w = tiny
+    s = ops.latency_series(store, w["start"], w["end"], 60)
+    fleet = s[s["replica"] == ""]
+    assert len(fleet) == 1 and fleet.iloc[0]["requests"] == 4 and fleet.iloc[0]["errors"] == 1
+    assert fleet.iloc[0]["requests_per_s"] == pytest.approx(4 / 60)
+    assert sorted(s[s["replica"] != ""]["replica"]) == ["r1", "r2"]
+    fr = ops.finish_reasons(store, w["start"], w["end"])
+    assert dict(zip(fr["finish_reason"], fr["requests"])) == {"stop": 3, "abort": 1}
+    assert fr["share"].sum() == pytest.approx(1.0)
+    g = ops.gauge_series(store, w["start"], w["end"], 300)
+    assert len(g) == 1 and g.iloc[0]["waiting"] == 4.0 and g.iloc[0]["kv_usage"] == pytest.approx(0.375)
+    st = ops.ingest_status(store)
+    assert st.engine_calls == 5 and st.gauge_points == 8
+    assert st.last_gauge == datetime(2026, 11, 2, 10, 4, tzinfo=UTC)
+    assert ops.filter_values(store, w["start"], w["end"])["tenants"] == ["acme"]
+
+
+def test_empty_store_and_bad_input(store):
+    now = datetime(2026, 11, 2, 10, tzinfo=UTC)
+    t = ops.fleet_tiles(store, now - timedelta(minutes=5), now)
+    assert t.current.requests == 0 and t.current.ttft_p50_s is None and t.current.queue_depth is None
+    assert ops.ingest_status(store).spans == 0 and ops.ingest_status(store).last_span is None
+    assert len(ops.replica_health(store, now - timedelta(minutes=5), now)) == 0
+    with pytest.raises(ValueError, match="time range is empty"):
+        ops.fleet_tiles(store, now, now)
+    with pytest.raises(ValueError, match="unknown filter"):
+        ops.fleet_tiles(store, now - timedelta(minutes=5), now, {"region": "eu"})
+    with pytest.raises(ValueError, match="bucket_s"):
+        ops.latency_series(store, now - timedelta(minutes=5), now, 0)
+
+
+def test_filter_values_are_bound_not_formatted(tiny):
+    store, w = tiny
+    evil = "acme' OR 1=1 --"
+    assert ops.fleet_tiles(store, w["start"], w["end"], {"tenant": evil}).current.requests == 0

@@ -19,6 +19,13 @@ from serving.emulator.profiles import Profile
 from serving.emulator.stats import EngineStats
 
 
+class _StaticPending:
+    __slots__ = ("phase", "start", "k", "t0", "growth", "end")
+
+    def __init__(self, phase, start, k, t0, growth, end):
+        self.phase, self.start, self.k, self.t0, self.growth, self.end = phase, start, k, t0, growth, end
+
+
 class StaticEngine:
     mode = "static"
 
@@ -112,7 +119,7 @@ class StaticEngine:
     # planning ----------------------------------------------------------------------------------
     def plan(self, horizon: float = math.inf, max_steps: int | None = None):
         if self.pending is not None:
-            return self.pending[-1]
+            return self.pending.end
         prof = self.profile
         f = self.slowdown
         if prof.noise_sigma > 0:
@@ -136,7 +143,7 @@ class StaticEngine:
             self.batch, self.P, self.L, self.done_steps = batch, P, L, -1
             B = len(batch)
             t = f * prof.step_time(B * P, 0, B * P)
-            self.pending = ("prefill", self.now, 1, t, 0.0, self.now + t)
+            self.pending = _StaticPending("prefill", self.now, 1, t, 0.0, self.now + t)
             return self.now + t
         B = len(self.batch)
         t0 = f * prof.step_time(0, B, B * (self.P + self.done_steps + 1))
@@ -147,13 +154,14 @@ class StaticEngine:
         if horizon < math.inf:
             k = min(k, Engine._steps_to_reach(t0, growth, horizon - self.now))
         end = self.now + Engine._run_time(t0, growth, k)
-        self.pending = ("decode", self.now, k, t0, growth, end)
+        self.pending = _StaticPending("decode", self.now, k, t0, growth, end)
         return end
 
     def commit(self, until: float | None = None):
         if self.pending is None:
             return []
-        phase, start, k, t0, growth, end = self.pending
+        p = self.pending
+        phase, start, k, t0, growth, end = p.phase, p.start, p.k, p.t0, p.growth, p.end
         self.pending = None
         if until is not None and k > 1 and until < end:
             k = min(k, Engine._steps_to_reach(t0, growth, until - start))

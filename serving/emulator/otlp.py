@@ -1,0 +1,254 @@
+"""OTLP output of the virtual-time simulators: protobuf spans and metric points, and the sinks.
+
+A *sink* is any callable taking one ``ExportTraceServiceRequest`` or ``ExportMetricsServiceRequest``
+(opentelemetry.proto). Provided: ``MemorySink`` (keeps them: tests), ``CallbackSink`` (e.g.
+``CallbackSink(lambda r: ingest_traces(store, r), lambda r: ingest_metrics(store, r))``) and
+``OtlpHttpSink`` (POSTs protobuf to ``{endpoint}/v1/traces`` / ``/v1/metrics``, retrying 429/502/503/504
+with ``Retry-After``, as the OTLP/HTTP spec asks).
+
+Metric points follow docs/telemetry.md: ``MetricName`` = the Prometheus family name (counters
+without ``_total``), Sums monotonic and cumulative from the engine's start (a restart starts a
+new series: ``start_time_unix_nano`` moves), histograms cumulative with vLLM's bucket bounds,
+labels ``model_name`` and ``engine`` as point attributes, the replica in resource attributes.
+"""
+
+from __future__ import annotations
+
+import time
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1 import trace_pb2 as tpb
+
+from serving.emulator.stats import COUNTERS, FINISH_REASONS, HISTOGRAMS
+
+SPAN_KIND_INTERNAL = tpb.Span.SPAN_KIND_INTERNAL
+SPAN_KIND_SERVER = tpb.Span.SPAN_KIND_SERVER
+SPAN_KIND_CLIENT = tpb.Span.SPAN_KIND_CLIENT
+STATUS_UNSET, STATUS_OK, STATUS_ERROR = 0, 1, 2
+CUMULATIVE = mpb.AGGREGATION_TEMPORALITY_CUMULATIVE
+
+# Metrics the simulator exports per replica and tick (docs/telemetry.md metric contract).
+GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+SIM_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                  "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds")
+
+
+def any_value(v) -> AnyValue:
+    if isinstance(v, bool):
+        return AnyValue(bool_value=v)
+    if isinstance(v, int):
+        return AnyValue(int_value=v)
+    if isinstance(v, float):
+        return AnyValue(double_value=v)
+    return AnyValue(string_value=str(v))
+
+
+def kvs(d: dict) -> list[KeyValue]:
+    return [KeyValue(key=k, value=any_value(v)) for k, v in d.items() if v is not None]
+
+
+def make_span(trace_id: bytes, span_id: bytes, parent: bytes | None, name: str, kind: int, start_ns: int,
+              end_ns: int, attrs: dict, status: int = STATUS_UNSET, message: str = "") -> tpb.Span:
+    s = tpb.Span(trace_id=trace_id, span_id=span_id, name=name, kind=kind, start_time_unix_nano=start_ns,
+                 end_time_unix_nano=max(start_ns, end_ns), attributes=kvs(attrs))
+    if parent:
+        s.parent_span_id = parent
+    if status:
+        s.status.code = status
+        if message:
+            s.status.message = message
+    return s
+
+
+class SpanBatcher:
+    """Groups spans by resource and hands the sink an ``ExportTraceServiceRequest`` every ``batch`` spans."""
+
+    def __init__(self, sink, batch: int = 5000, scope: str = "infercost.emulator"):
+        self.sink = sink
+        self.batch = batch
+        self.scope = InstrumentationScope(name=scope)
+        self.by_resource: dict[tuple, list] = {}
+        self.resources: dict[tuple, Resource] = {}
+        self.pending = 0
+        self.total = 0
+
+    def resource(self, attrs: dict) -> tuple:
+        key = tuple(sorted((k, str(v)) for k, v in attrs.items()))
+        if key not in self.resources:
+            self.resources[key] = Resource(attributes=kvs(attrs))
+        return key
+
+    def add(self, res_key: tuple, span: tpb.Span) -> None:
+        self.by_resource.setdefault(res_key, []).append(span)
+        self.pending += 1
+        self.total += 1
+        if self.pending >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        req = ExportTraceServiceRequest()
+        for key, spans in self.by_resource.items():
+            if not spans:
+                continue
+            rs = req.resource_spans.add()
+            rs.resource.CopyFrom(self.resources[key])
+            ss = rs.scope_spans.add()
+            ss.scope.CopyFrom(self.scope)
+            ss.spans.extend(spans)
+        self.by_resource = {}
+        self.pending = 0
+        if self.sink is not None:
+            self.sink(req)
+
+
+def metric_points(resource_attrs: dict, engine, now_ns: int, start_ns: int, model: str, engine_index: str = "0",
+                  full: bool = False) -> tuple[ExportMetricsServiceRequest, int]:
+    """One replica's metric points at ``now_ns`` (gauges, counters, histograms). Returns (request, n_points).
+
+    ``start_ns``: start of the cumulative series (the engine's start or last restart).
+    ``full``: all vLLM histograms, not only the four of the simulator contract.
+    """
+    st = engine.stats
+    labels = kvs({"model_name": model, "engine": engine_index})
+    req = ExportMetricsServiceRequest()
+    rm = req.resource_metrics.add()
+    rm.resource.attributes.extend(kvs(resource_attrs))
+    sm = rm.scope_metrics.add()
+    sm.scope.name = "vllm"
+    n = 0
+    for name, value in zip(GAUGES, (engine.num_running, engine.num_waiting, engine.kv_usage())):
+        m = sm.metrics.add(name=name)
+        p = m.gauge.data_points.add(time_unix_nano=now_ns, as_double=float(value))
+        p.attributes.extend(labels)
+        n += 1
+    for name, attr, _help in COUNTERS:
+        m = sm.metrics.add(name=name)
+        m.sum.is_monotonic = True
+        m.sum.aggregation_temporality = CUMULATIVE
+        p = m.sum.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns,
+                                  as_double=float(getattr(st, attr)))
+        p.attributes.extend(labels)
+        n += 1
+    m = sm.metrics.add(name="vllm:request_success")
+    m.sum.is_monotonic = True
+    m.sum.aggregation_temporality = CUMULATIVE
+    for reason in FINISH_REASONS:
+        p = m.sum.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns,
+                                  as_double=float(st.request_success[reason]))
+        p.attributes.extend(labels)
+        p.attributes.add(key="finished_reason", value=AnyValue(string_value=reason))
+        n += 1
+    for name, attr in HISTOGRAMS:
+        if not full and name not in SIM_HISTOGRAMS:
+            continue
+        h = getattr(st, attr)
+        m = sm.metrics.add(name=name)
+        m.histogram.aggregation_temporality = CUMULATIVE
+        p = m.histogram.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns, count=h.count,
+                                        sum=h.sum, bucket_counts=h.counts, explicit_bounds=h.bounds)
+        p.attributes.extend(labels)
+        n += 1
+    return req, n
+
+
+class MemorySink:
+    """Keeps every request (tests). ``spans()`` flattens to ``(resource_attrs, span)`` pairs."""
+
+    def __init__(self):
+        self.traces: list[ExportTraceServiceRequest] = []
+        self.metrics: list[ExportMetricsServiceRequest] = []
+
+    def __call__(self, req) -> None:
+        (self.traces if isinstance(req, ExportTraceServiceRequest) else self.metrics).append(req)
+
+    def spans(self):
+        for req in self.traces:
+            for rs in req.resource_spans:
+                res = {kv.key: _val(kv.value) for kv in rs.resource.attributes}
+                for ss in rs.scope_spans:
+                    for s in ss.spans:
+                        yield res, s
+
+    def points(self):
+        """Yield ``(resource_attrs, metric_name, kind, point)`` for every metric point."""
+        for req in self.metrics:
+            for rm in req.resource_metrics:
+                res = {kv.key: _val(kv.value) for kv in rm.resource.attributes}
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        kind = m.WhichOneof("data")
+                        for p in getattr(m, kind).data_points:
+                            yield res, m.name, kind, p
+
+
+def _val(v: AnyValue):
+    return getattr(v, v.WhichOneof("value")) if v.WhichOneof("value") else None
+
+
+def span_attrs(span) -> dict:
+    return {kv.key: _val(kv.value) for kv in span.attributes}
+
+
+class CallbackSink:
+    """Dispatch traces and metrics to two callables (e.g. the collectors' in-process ingest)."""
+
+    def __init__(self, on_traces, on_metrics):
+        self.on_traces, self.on_metrics = on_traces, on_metrics
+
+    def __call__(self, req) -> None:
+        if isinstance(req, ExportTraceServiceRequest):
+            self.on_traces(req)
+        else:
+            self.on_metrics(req)
+
+
+class OtlpHttpSink:
+    """POST protobuf to an OTLP/HTTP receiver (``endpoint`` like ``http://127.0.0.1:4318``).
+
+    Retries 429/502/503/504 and connection errors up to ``max_retries`` times, honouring
+    ``Retry-After``; raises RuntimeError on any other status (the OTLP spec's non-retryable codes)
+    or when retries run out, so nothing is dropped silently.
+    """
+
+    def __init__(self, endpoint: str, timeout_s: float = 30.0, max_retries: int = 8):
+        import httpx
+
+        self.base = endpoint.rstrip("/")
+        self.client = httpx.Client(timeout=timeout_s)
+        self.max_retries = max_retries
+        self.sent_bytes = 0
+
+    def __call__(self, req) -> None:
+        import httpx
+
+        path = "/v1/traces" if isinstance(req, ExportTraceServiceRequest) else "/v1/metrics"
+        body = req.SerializeToString()
+        delay = 0.5
+        for attempt in range(self.max_retries + 1):
+            try:
+                r = self.client.post(self.base + path, content=body,
+                                     headers={"Content-Type": "application/x-protobuf"})
+            except httpx.TransportError as exc:
+                if attempt == self.max_retries:
+                    raise RuntimeError(f"OTLP export to {self.base}{path} failed: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 10)
+                continue
+            if r.status_code == 200:
+                self.sent_bytes += len(body)
+                return
+            if r.status_code in (429, 502, 503, 504) and attempt < self.max_retries:
+                ra = r.headers.get("retry-after")
+                time.sleep(float(ra) if ra and ra.replace(".", "", 1).isdigit() else delay)
+                delay = min(delay * 2, 10)
+                continue
+            raise RuntimeError(f"OTLP export to {self.base}{path} answered {r.status_code}: {r.text[:200]}")
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,88 @@
+"""Span attributes of the simulated client, gateway and task layers (docs/telemetry.md contract).
+
+Where it sits: used by fleet_sim.py only; the engine's own span is spans.py. Service names match
+the live components: the gateway's default ``infercost-gateway``, the task SDK's client
+``infercost-client``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from schema import semconv as sc
+
+CLIENT_SERVICE = "infercost-client"
+GATEWAY_SERVICE = "infercost-gateway"
+GATEWAY_SPAN_NAME = "gateway chat"
+GATEWAY_ATTEMPT_SPAN_NAME = "gateway.attempt"
+
+
+def task_context(task) -> dict:
+    return {sc.TASK_ID: task.task_id, sc.TASK_TYPE: task.task_type, sc.TENANT_ID: task.tenant,
+            sc.TENANT_PRIORITY: task.priority}
+
+
+def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
+    a = task_context(task)
+    a[sc.TASK_OUTCOME] = outcome
+    if task.slo_ttft_ms is not None:
+        a[sc.SLO_TTFT_MS] = float(task.slo_ttft_ms)
+    if task.slo_e2e_ms is not None:
+        a[sc.SLO_E2E_MS] = float(task.slo_e2e_ms)
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a
+
+
+def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
+                 finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None) -> dict:
+    a = task_context(task)
+    a.update({
+        sc.GEN_AI_OPERATION_NAME: "chat",
+        sc.GEN_AI_PROVIDER_NAME: "vllm",
+        sc.GEN_AI_REQUEST_MODEL: task.model,
+        sc.GEN_AI_REQUEST_STREAM: True,
+        sc.TASK_STEP: step,
+        sc.TASK_ATTEMPT: attempt,
+        sc.CLIENT_TOKENS_RECEIVED: tokens_received,
+        sc.CLIENT_PARTIAL: bool(error_type) and tokens_received > 0,
+    })
+    if input_tokens is not None:
+        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if output_tokens is not None:
+        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    if finish_reason:
+        a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = json.dumps([finish_reason])
+    if ttfc is not None:
+        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a
+
+
+def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: int | None, tokens: int,
+                  ttfc: float | None, error_type: str | None) -> dict:
+    a = task_context(task)
+    a.update({sc.GATEWAY_POLICY: policy, sc.GATEWAY_RETRIES: retries, sc.GATEWAY_ADMISSION: "admitted",
+              sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model})
+    if replica:
+        a[sc.GATEWAY_REPLICA] = replica
+    if status is not None:
+        a[sc.GATEWAY_UPSTREAM_STATUS] = status
+    if ttfc is not None:
+        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a
+
+
+def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status: int | None, tokens: int,
+                          error_type: str | None) -> dict:
+    a = task_context(task)
+    a.update({sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
+              sc.GATEWAY_TOKENS_STREAMED: tokens})
+    if status is not None:
+        a[sc.GATEWAY_UPSTREAM_STATUS] = status
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a

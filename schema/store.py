@@ -201,6 +201,15 @@ class Store:
         validate_identifier(table)
         return self._call(tag, self.client.insert_df, table, df, settings=settings)
 
+    def raw_insert(self, table: str, data: bytes, fmt: str, *, tag: str, settings: dict | None = None):
+        """Insert ``data`` already encoded in ClickHouse input format ``fmt`` (e.g. ``Protobuf``) into ``table``.
+
+        The server (or the embedded engine) decodes the bytes; used by the OTLP receiver to let
+        ClickHouse decode protobuf requests itself.
+        """
+        validate_identifier(table)
+        return self._call(tag, self.client.raw_insert, table, None, data, fmt=fmt, settings=settings)
+
     def ping(self) -> bool:
         """True if the store answers ``SELECT 1``."""
         try:

@@ -1,0 +1,280 @@
+"""Decode and validate an OTLP ``ExportTraceServiceRequest`` into a payload ready for the store.
+
+Position: collectors. No I/O. :func:`prepare_traces` turns a request body (protobuf or OTLP
+JSON, already decompressed) into :class:`PreparedTraces`: protobuf bytes that hold only the valid
+spans (the original bytes untouched when every span is valid), the counts and a message naming
+the first problem. The bytes are what the spool stores and what ClickHouse decodes
+(``schema/migrations/0030_create_otlp_traces_ingest.sql``).
+
+A span is rejected (counted in ``partial_success.rejected_spans``) when:
+
+* its trace id is not 16 bytes, or all zero; its span id is not 8 bytes, or all zero; its parent
+  span id is neither empty nor 8 bytes (OTLP ``trace.proto``: "an all-zero id is invalid");
+* ``start_time_unix_nano`` is 0, or ``end_time_unix_nano`` is before it (Duration would be
+  negative; the exporter's Duration column is UInt64);
+* any of its string fields (name, attribute keys/values, event names, status message,
+  trace state) is not valid UTF-8 — or its resource's / scope's are (then all spans under it);
+* in OTLP JSON: an id is not hex or has the wrong length, or a field has the wrong type.
+
+String and bytes attribute values longer than ``max_attribute_bytes`` (default 64 KiB) are
+truncated at a UTF-8 character boundary, not rejected: the span is the evidence of paid GPU work
+and must not be lost for one oversized attribute (a prompt logged as an attribute, say). The
+truncation is reported in the partial-success message with 0 rejected spans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from collectors import otlp_common as common
+from collectors.lenient import lenient_traces_request
+
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+
+
+@dataclass
+class PreparedTraces:
+    """A validated request: ``payload`` (protobuf bytes of only the valid spans), counts, message.
+
+    ``newest_ns`` is the latest span end time in the payload (ns since the epoch; 0 when empty),
+    used for the receiver's newest-row lag.
+    """
+
+    payload: bytes
+    accepted: int
+    rejected: int
+    message: str
+    newest_ns: int = 0
+    truncated: int = 0  # attribute values cut to the size limit
+
+
+class _Rejections:
+    def __init__(self):
+        self.count = 0
+        self.first = ""
+
+    def add(self, n: int, why: str) -> None:
+        if n and not self.first:
+            self.first = why
+        self.count += n
+
+
+def _span_label(span, rs_i: int, ss_i: int, sp_i: int) -> str:
+    sid = span.span_id.hex() if isinstance(span.span_id, bytes) else ""
+    return f"span {sid or '?'} (resource_spans[{rs_i}].scope_spans[{ss_i}].spans[{sp_i}])"
+
+
+def span_problem(span) -> str:
+    """'' when the span's ids and times are valid, else a message naming the first problem."""
+    tid, sid, pid = span.trace_id, span.span_id, span.parent_span_id
+    if len(tid) != 16:
+        return f"trace_id is {len(tid)} bytes, expected 16"
+    if tid == _ZERO_TRACE:
+        return "trace_id is all zero"
+    if len(sid) != 8:
+        return f"span_id is {len(sid)} bytes, expected 8"
+    if sid == _ZERO_SPAN:
+        return "span_id is all zero"
+    if pid and len(pid) != 8:
+        return f"parent_span_id is {len(pid)} bytes, expected 8 or empty"
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if start == 0:
+        return "start_time_unix_nano is 0 (missing)"
+    if end < start:
+        return f"end_time_unix_nano {end} is before start_time_unix_nano {start}"
+    return ""
+
+
+def _validate(request: ExportTraceServiceRequest, rejections: _Rejections) -> tuple[int, int, bool]:
+    """Drop invalid spans from ``request`` in place; returns (accepted, newest_ns, changed)."""
+    accepted = 0
+    newest = 0
+    changed = False
+    for rs_i, rs in enumerate(request.resource_spans):
+        for ss_i, ss in enumerate(rs.scope_spans):
+            bad: list[int] = []
+            for sp_i, span in enumerate(ss.spans):
+                problem = span_problem(span)
+                if problem:
+                    rejections.add(1, f"{_span_label(span, rs_i, ss_i, sp_i)}: {problem}")
+                    bad.append(sp_i)
+                    continue
+                accepted += 1
+                if span.end_time_unix_nano > newest:
+                    newest = span.end_time_unix_nano
+            for sp_i in reversed(bad):
+                del ss.spans[sp_i]
+            changed = changed or bool(bad)
+    return accepted, newest, changed
+
+
+def _lenient_filter(body: bytes, rejections: _Rejections) -> bytes:
+    """Parse with the lenient schema, drop spans carrying invalid UTF-8, return valid protobuf bytes.
+
+    Raises UndecodableBody when even the lenient parse fails (truncated or random bytes).
+    """
+    request = lenient_traces_request()
+    try:
+        request.ParseFromString(body)
+    except DecodeError as exc:
+        raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {exc}") from exc
+    keep_rs = []
+    for rs_i, rs in enumerate(request.resource_spans):
+        problem = common.lenient_attributes_problem(rs.resource.attributes, "resource")
+        if problem:
+            rejections.add(sum(len(ss.spans) for ss in rs.scope_spans), f"resource_spans[{rs_i}]: {problem}")
+            continue
+        keep_rs.append(rs_i)
+        for ss_i, ss in enumerate(rs.scope_spans):
+            problem = (common.utf8_problem(ss.scope.name, "scope name")
+                       or common.utf8_problem(ss.scope.version, "scope version")
+                       or common.lenient_attributes_problem(ss.scope.attributes, "scope"))
+            if problem:
+                rejections.add(len(ss.spans), f"resource_spans[{rs_i}].scope_spans[{ss_i}]: {problem}")
+                del ss.spans[:]
+                continue
+            bad = []
+            for sp_i, span in enumerate(ss.spans):
+                problem = _lenient_span_problem(span)
+                if problem:
+                    rejections.add(1, f"{_span_label(span, rs_i, ss_i, sp_i)}: {problem}")
+                    bad.append(sp_i)
+            for sp_i in reversed(bad):
+                del ss.spans[sp_i]
+    for rs_i in reversed(range(len(request.resource_spans))):
+        if rs_i not in keep_rs:
+            del request.resource_spans[rs_i]
+    return request.SerializeToString()
+
+
+def _lenient_span_problem(span) -> str:
+    problem = (common.utf8_problem(span.name, "name")
+               or common.utf8_problem(span.trace_state, "trace_state")
+               or common.utf8_problem(span.status.message, "status message")
+               or common.lenient_attributes_problem(span.attributes, "span"))
+    if problem:
+        return problem
+    for e_i, event in enumerate(span.events):
+        problem = (common.utf8_problem(event.name, f"events[{e_i}] name")
+                   or common.lenient_attributes_problem(event.attributes, f"events[{e_i}]"))
+        if problem:
+            return problem
+    for l_i, link in enumerate(span.links):
+        problem = (common.utf8_problem(link.trace_state, f"links[{l_i}] trace_state")
+                   or common.lenient_attributes_problem(link.attributes, f"links[{l_i}]"))
+        if problem:
+            return problem
+    return ""
+
+
+def _from_json(doc: dict, rejections: _Rejections) -> ExportTraceServiceRequest:
+    """OTLP JSON -> request; spans with bad ids or bad fields are rejected one by one."""
+    request = ExportTraceServiceRequest()
+    resource_spans = doc.get("resourceSpans", doc.get("resource_spans")) or []
+    if not isinstance(resource_spans, list):
+        raise common.UndecodableBody("invalid OTLP JSON: resourceSpans must be a list")
+    for rs_i, rs_doc in enumerate(resource_spans):
+        rs = request.resource_spans.add()
+        scope_spans = (rs_doc.get("scopeSpans", rs_doc.get("scope_spans")) or []) if isinstance(rs_doc, dict) else []
+        try:
+            if not isinstance(rs_doc, dict):
+                raise ValueError("not an object")
+            json_format.ParseDict(rs_doc.get("resource") or {}, rs.resource, ignore_unknown_fields=True)
+            rs.schema_url = str(rs_doc.get("schemaUrl", rs_doc.get("schema_url", "")) or "")
+        except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+            n = sum(len(s.get("spans") or []) for s in scope_spans if isinstance(s, dict))
+            rejections.add(n, f"resourceSpans[{rs_i}].resource: {exc}")
+            del request.resource_spans[-1]
+            continue
+        for ss_i, ss_doc in enumerate(scope_spans):
+            ss = rs.scope_spans.add()
+            spans = (ss_doc.get("spans") or []) if isinstance(ss_doc, dict) else []
+            try:
+                if not isinstance(ss_doc, dict):
+                    raise ValueError("not an object")
+                json_format.ParseDict(ss_doc.get("scope") or {}, ss.scope, ignore_unknown_fields=True)
+                ss.schema_url = str(ss_doc.get("schemaUrl", ss_doc.get("schema_url", "")) or "")
+            except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+                rejections.add(len(spans), f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].scope: {exc}")
+                del rs.scope_spans[-1]
+                continue
+            for sp_i, span_doc in enumerate(spans):
+                where = f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].spans[{sp_i}]"
+                try:
+                    if not isinstance(span_doc, dict):
+                        raise ValueError("not an object")
+                    span_id = span_doc.get("spanId", span_doc.get("span_id", ""))
+                    where = f"span {span_id or '?'} ({where})"
+                    converted = common.convert_ids(dict(span_doc))
+                    span = Span()
+                    json_format.ParseDict(converted, span, ignore_unknown_fields=True)
+                except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+                    rejections.add(1, f"{where}: {exc}")
+                    continue
+                ss.spans.append(span)
+    return request
+
+
+def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.PROTOBUF,
+                   max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES) -> PreparedTraces:
+    """Decode, validate and normalise one trace export request.
+
+    Args:
+        body: the decompressed request body, or an already built ``ExportTraceServiceRequest``.
+        media: ``application/x-protobuf`` or ``application/json`` (ignored for a message).
+        max_attribute_bytes: string/bytes attribute values longer than this are truncated.
+
+    Returns:
+        :class:`PreparedTraces`; ``payload`` is empty when nothing was accepted.
+
+    Raises:
+        UndecodableBody: the body is not a decodable OTLP trace request at all.
+    """
+    rejections = _Rejections()
+    truncations = common.Truncations()
+    if isinstance(body, ExportTraceServiceRequest):
+        request, raw = body, None
+    elif media == common.JSON:
+        request, raw = _from_json(common.load_json(body), rejections), None
+    else:
+        raw = bytes(body)
+        request = ExportTraceServiceRequest()
+        try:
+            request.ParseFromString(raw)
+        except DecodeError:
+            raw = _lenient_filter(raw, rejections)  # invalid UTF-8 somewhere: keep what is valid
+            request.ParseFromString(raw)
+    accepted, newest, changed = _validate(request, rejections)
+    # Only a body larger than the limit can hold an oversized value: skip the walk otherwise.
+    size_hint = len(raw) if raw is not None else request.ByteSize()
+    if size_hint > max_attribute_bytes:
+        for rs_i, rs in enumerate(request.resource_spans):
+            common.truncate_attributes(rs.resource.attributes, max_attribute_bytes, f"resource_spans[{rs_i}] resource",
+                                       truncations)
+            for ss in rs.scope_spans:
+                for span in ss.spans:
+                    where = f"span {span.span_id.hex()}"
+                    common.truncate_attributes(span.attributes, max_attribute_bytes, where, truncations)
+                    for event in span.events:
+                        common.truncate_attributes(event.attributes, max_attribute_bytes, f"{where} event", truncations)
+                    for link in span.links:
+                        common.truncate_attributes(link.attributes, max_attribute_bytes, f"{where} link", truncations)
+    if accepted == 0:
+        payload = b""
+    elif raw is not None and not changed and not truncations.count:
+        payload = raw  # the common case: store the client's bytes as they are
+    else:
+        payload = request.SerializeToString()
+    messages = []
+    if rejections.count:
+        messages.append(f"rejected {rejections.count} of {rejections.count + accepted} spans; first: {rejections.first}")
+    if truncations.count:
+        messages.append(truncations.message(max_attribute_bytes))
+    return PreparedTraces(payload, accepted, rejections.count, "; ".join(messages), newest, truncations.count)
+

@@ -54,6 +54,7 @@ class BatchWriter:
         self._thread: threading.Thread | None = None
         self._backoff = 0.0
         self._batch_quarantined = 0
+        self._flush_requested = False
 
     def start(self) -> None:
         if self._thread is None:
@@ -80,12 +81,14 @@ class BatchWriter:
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until the spool is empty (everything stored); True if it emptied in time."""
         deadline = time.monotonic() + timeout_s
-        with self._wake:
-            self._wake.notify()
-        while self.spool.pending_records and time.monotonic() < deadline:
-            time.sleep(0.01)
-            with self._wake:
-                self._wake.notify()
+        self._flush_requested = True  # insert now, whatever the batch timer says
+        try:
+            while self.spool.pending_records and time.monotonic() < deadline:
+                with self._wake:
+                    self._wake.notify()
+                time.sleep(0.01)
+        finally:
+            self._flush_requested = False
         return not self.spool.pending_records
 
     # --- the worker ---------------------------------------------------------------------------
@@ -93,7 +96,7 @@ class BatchWriter:
         pending = self.spool.pending_records
         if not pending:
             return False
-        if self._stopping or self.spool.pending_rows >= self.batch_max_rows:
+        if self._stopping or self._flush_requested or self.spool.pending_rows >= self.batch_max_rows:
             return True
         return time.monotonic() - self.spool.pending_since >= self.batch_max_seconds
 

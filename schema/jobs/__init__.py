@@ -1,0 +1,162 @@
+"""The cost jobs' runner: explicit windows (tests, backfills) and a nudge for the periodic chain.
+
+Position in the flow: serving -> collectors -> **schema** -> app/alerts. The jobs themselves are
+SQL: one parameterized view per job in ``schema/migrations/0013_create_cost_job_views.sql``
+(``job_call_costs``, ``job_replica_minutes``, ``job_tasks`` over a window ``[ws, we)`` of whole
+UTC minutes). Two runners call the same views:
+
+* **Periodic** — refreshable materialized views (``0014``) that a ClickHouse server, or the
+  embedded engine inside ``infercost up``, runs every minute with no help from this module. They
+  recompute a trailing window (``cost_settings.job_window_s``, default 2 h) into ``*_live``
+  (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave it
+  into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
+  history below ``cost_watermark``, live from it on.
+* **Explicit** — :func:`run_jobs` (this module): for ``[start, end)`` it deletes the history rows
+  of the window and inserts the job views' output, job by job in dependency order, then raises the
+  watermark to ``end``. Deterministic (``end`` is the "now" of abandonment), so tests use it; the
+  backfill ``infercost cost --recompute --since 30d`` uses it after a price change.
+
+Both are idempotent: running a window twice gives the same rows. A delete + insert is not atomic:
+during a backfill a reader can briefly see a window without rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+JOBS_DIR = Path(__file__).parent
+# Dependency order: replica_minutes and tasks sum the call_costs view.
+JOB_ORDER = ("call_costs", "replica_minutes", "tasks")
+# The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
+REFRESH_VIEWS = (
+    "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
+    "cost_clock_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
+)
+# A day per statement keeps each embedded call short (chDB serialises calls) and memory bounded.
+DEFAULT_CHUNK = timedelta(days=1)
+
+
+@dataclass
+class JobRun:
+    """What :func:`run_jobs` did: the window (UTC, whole minutes), seconds per job, rows written."""
+
+    start: datetime
+    end: datetime
+    seconds: dict[str, float] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+
+def _statements(name: str) -> list[str]:
+    text = (JOBS_DIR / f"{name}.sql").read_text()
+    out = []
+    for part in re.split(r";[ \t]*(?:\n|$)", text):
+        body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
+        if body:
+            out.append(body)
+    return out
+
+
+def _minute(value: datetime, *, up: bool = False) -> datetime:
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    floored = value.replace(second=0, microsecond=0)
+    if up and floored != value:
+        floored += timedelta(minutes=1)
+    return floored
+
+
+def window_setting(store) -> int:
+    """The trailing window of the periodic run, seconds (``cost_settings.job_window_s``)."""
+    sql = (JOBS_DIR / "job_window.sql").read_text()
+    return int(store.scalar(sql, tag="jobs.window") or 7200)
+
+
+def run_jobs(store, *, start: datetime | None = None, end: datetime | None = None,
+             chunk: timedelta = DEFAULT_CHUNK, progress=None) -> JobRun:
+    """Recompute the cost tables for the window ``[start, end)`` (UTC; rounded out to whole minutes).
+
+    Args:
+        store: a migrated :class:`schema.store.Store`.
+        start: window start; default ``end`` - the configured trailing window (2 h).
+        end: window end, also the "now" that decides abandonment; default: the current minute.
+        chunk: windows longer than this run as consecutive chunks (oldest first), each a complete
+            explicit run, so a 30-day backfill never holds one huge statement. Abandonment in a
+            chunk is judged at that chunk's end, as the periodic job would have.
+        progress: optional callable(str) told about each chunk.
+
+    Returns:
+        A :class:`JobRun` with seconds per job and rows written per table.
+
+    Raises:
+        ValueError: empty window. StoreError from the store.
+    """
+    end = _minute(end or datetime.now(timezone.utc), up=True)
+    if start is None:
+        start = end - timedelta(seconds=window_setting(store))
+    start = _minute(start)
+    if end <= start:
+        raise ValueError(f"job window is empty: start {start.isoformat()} is not before end {end.isoformat()}")
+    result = JobRun(start, end)
+    chunk_start = start
+    while chunk_start < end:
+        chunk_end = min(chunk_start + chunk, end)
+        for job in JOB_ORDER:
+            began = time.perf_counter()
+            params = {"ws": chunk_start, "we": chunk_end}
+            for statement in _statements(f"run_{job}"):
+                store.command(statement, params, tag=f"jobs.{job}")
+            if job == "call_costs":
+                # The later jobs read the call_costs view, which serves minutes below the
+                # watermark from history: raise it before they run.
+                for statement in _statements("advance_watermark"):
+                    store.command(statement, {"we": chunk_end}, tag="jobs.watermark")
+            result.seconds[job] = result.seconds.get(job, 0.0) + time.perf_counter() - began
+        if progress:
+            progress(f"{chunk_start.isoformat()} .. {chunk_end.isoformat()}")
+        chunk_start = chunk_end
+    counts = store.query((JOBS_DIR / "history_counts.sql").read_text(), {"ws": start, "we": end},
+                         tag="jobs.counts").result_rows
+    result.rows = {name: int(count) for name, count in counts}
+    return result
+
+
+def refresh(store) -> None:
+    """Run the periodic chain of refreshable materialized views once now and wait for it.
+
+    Uses ``SYSTEM REFRESH VIEW`` / ``SYSTEM WAIT VIEW`` view by view in dependency order (works on
+    chDB in an Atomic database and on a server). Raises StoreError if a refresh fails (the
+    message carries the view's exception).
+    """
+    for statement in _statements("refresh"):
+        store.command(statement, tag="jobs.refresh")
+
+
+def stop(store) -> None:
+    """Stop the periodic chain's schedule in this database (``SYSTEM STOP VIEW``); for benchmarks."""
+    for statement in _statements("stop"):
+        store.command(statement, tag="jobs.stop")
+
+
+def start(store) -> None:
+    """Resume the periodic chain's schedule (``SYSTEM START VIEW``)."""
+    for statement in _statements("start"):
+        store.command(statement, tag="jobs.start")
+
+
+def status(store):
+    """The chain's refresh state: DataFrame (view, status, last_success_time, last_refresh_time,
+    next_refresh_time, exception) from ``system.view_refreshes``."""
+    return store.query_df((JOBS_DIR / "view_refreshes.sql").read_text(), tag="jobs.status")

@@ -1,0 +1,101 @@
+"""The vLLM /metrics scraper: Prometheus text -> otel_metrics_* rows, and a real scrape over HTTP."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from collectors.ingest import insert_metric_rows
+from collectors.scraper import Scraper, ScrapeTarget, parse_metrics_text
+from conftest import drop_store, new_store
+
+NOW = 1_764_400_000_000_000_000
+CREATED = 1_764_399_000.5
+
+VLLM_TEXT = f"""# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{{engine="0",model_name="llama"}} 3.0
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{{engine="0",model_name="llama"}} 1234.0
+# HELP vllm:prompt_tokens_created Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_created gauge
+vllm:prompt_tokens_created{{engine="0",model_name="llama"}} {CREATED}
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{{engine="0",finished_reason="stop",model_name="llama"}} 7.0
+vllm:request_success_total{{engine="0",finished_reason="abort",model_name="llama"}} 1.0
+# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.1",model_name="llama"}} 2.0
+vllm:time_to_first_token_seconds_bucket{{engine="0",le="0.5",model_name="llama"}} 5.0
+vllm:time_to_first_token_seconds_bucket{{engine="0",le="+Inf",model_name="llama"}} 6.0
+vllm:time_to_first_token_seconds_count{{engine="0",model_name="llama"}} 6.0
+vllm:time_to_first_token_seconds_sum{{engine="0",model_name="llama"}} 1.75
+"""
+
+TARGET = ScrapeTarget("http://unused/metrics", replica="replica-a", gpu_type="H100", gpu_count=2, model="llama")
+RESOURCE = {"service.name": "vllm", "service.instance.id": "replica-a", "gpu.type": "H100", "gpu.count": "2",
+            "gen_ai.request.model": "llama"}
+LABELS = {"engine": "0", "model_name": "llama"}
+
+
+@pytest.fixture(scope="module")
+def store():
+    s = new_store()
+    yield s
+    drop_store(s)
+
+
+def test_parse_maps_vllm_families():
+    rows = parse_metrics_text(VLLM_TEXT, TARGET, NOW)
+    assert [(r[8], r[11], r[13], r[14]) for r in rows.gauge] == [("vllm:num_requests_waiting", LABELS, NOW, 3.0)]
+    assert [(r[8], r[11], r[12], r[14], r[-2], r[-1]) for r in rows.sum] == [
+        ("vllm:prompt_tokens", LABELS, int(CREATED * 1e9), 1234.0, 2, True),
+        ("vllm:request_success", {**LABELS, "finished_reason": "stop"}, 0, 7.0, 2, True),
+        ("vllm:request_success", {**LABELS, "finished_reason": "abort"}, 0, 1.0, 2, True),
+    ]
+    (hist,) = rows.histogram
+    assert hist[8] == "vllm:time_to_first_token_seconds" and hist[11] == LABELS
+    assert hist[14:18] == [6, 1.75, [2, 3, 1], [0.1, 0.5]]  # per-bucket counts, +Inf bound dropped
+    assert hist[0] == RESOURCE and hist[7] == "vllm"
+
+
+def test_scrape_over_http_into_the_store(store):
+    body = VLLM_TEXT.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/metrics" else 404)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            if self.path == "/metrics":
+                self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        good = ScrapeTarget(f"http://127.0.0.1:{server.server_port}/metrics", "replica-a", "H100", 2, "llama")
+        bad = ScrapeTarget(f"http://127.0.0.1:{server.server_port}/nope", "replica-b", "A100", 1)
+        scraper = Scraper([good, bad], sink=lambda rows: insert_metric_rows(store, rows))
+        scraper.scrape_once()
+        scraper.stop()
+    finally:
+        server.shutdown()
+    assert scraper.stats.failures == 1 and "404" in scraper.stats.last_error["replica-b"]
+    gauges = store.query("SELECT ResourceAttributes['service.instance.id'], MetricName, Value FROM otel_metrics_gauge "
+                         "ORDER BY 1, 2", tag="test").result_rows
+    assert gauges == [("replica-a", "up", 1.0), ("replica-a", "vllm:num_requests_waiting", 3.0), ("replica-b", "up", 0.0)]
+    sums = store.query("SELECT MetricName, Attributes['finished_reason'], Value, AggregationTemporality, IsMonotonic, "
+                       "toUnixTimestamp64Nano(StartTimeUnix) FROM otel_metrics_sum ORDER BY 1, 2", tag="test").result_rows
+    assert sums == [("vllm:prompt_tokens", "", 1234.0, 2, True, int(CREATED * 1e9)),
+                    ("vllm:request_success", "abort", 1.0, 2, True, 0), ("vllm:request_success", "stop", 7.0, 2, True, 0)]
+    hist = store.query("SELECT ServiceName, MetricName, Count, Sum, BucketCounts, ExplicitBounds, ResourceAttributes "
+                       "FROM otel_metrics_histogram", tag="test").result_rows
+    assert hist == [("vllm", "vllm:time_to_first_token_seconds", 6, 1.75, [2, 3, 1], [0.1, 0.5], RESOURCE)]

@@ -32,12 +32,13 @@ import random
 import time
 from dataclasses import dataclass, field
 
+from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.faults import FaultEvent, error_rates
 from serving.emulator.kvcache import segments_from_hash_ids
 from serving.emulator.otlp import (SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, STATUS_ERROR, STATUS_OK,
                                    STATUS_UNSET,
-                                   SpanBatcher, make_span, metric_points)
+                                   SpanBatcher, metric_points)
 from serving.emulator.profiles import get_profile
 from serving.emulator.sim_spans import (CLIENT_SERVICE, GATEWAY_ATTEMPT_SPAN_NAME, GATEWAY_SERVICE,
                                         GATEWAY_SPAN_NAME, client_attrs, gateway_attempt_attrs, gateway_attrs,
@@ -187,8 +188,8 @@ class FleetSimulator:
         return self.rng.getrandbits(64).to_bytes(8, "big")
 
     def span(self, res_key, trace_id, span_id, parent, name, kind, start, end, attrs, status=0, msg=""):
-        self.batcher.add(res_key, make_span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
-                                            attrs, status, msg))
+        self.batcher.add(res_key, pbenc.span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
+                                             attrs, status, msg))
         self.summary.spans += 1
 
     # ------------------------------------------------------------------ run

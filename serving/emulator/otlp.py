@@ -23,6 +23,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2 as tpb
 
+from serving.emulator import pbenc
 from serving.emulator.stats import COUNTERS, FINISH_REASONS, HISTOGRAMS
 
 SPAN_KIND_INTERNAL = tpb.Span.SPAN_KIND_INTERNAL
@@ -65,25 +66,29 @@ def make_span(trace_id: bytes, span_id: bytes, parent: bytes | None, name: str, 
 
 
 class SpanBatcher:
-    """Groups spans by resource and hands the sink an ``ExportTraceServiceRequest`` every ``batch`` spans."""
+    """Groups encoded spans (``pbenc.span`` bytes) by resource and hands the sink an
+    ``ExportTraceServiceRequest`` every ``batch`` spans (and on ``flush``)."""
 
     def __init__(self, sink, batch: int = 5000, scope: str = "infercost.emulator"):
         self.sink = sink
         self.batch = batch
-        self.scope = InstrumentationScope(name=scope)
+        self.scope_bytes = InstrumentationScope(name=scope).SerializeToString()
         self.by_resource: dict[tuple, list] = {}
-        self.resources: dict[tuple, Resource] = {}
+        self.resources: dict[tuple, bytes] = {}
         self.pending = 0
         self.total = 0
 
     def resource(self, attrs: dict) -> tuple:
         key = tuple(sorted((k, str(v)) for k, v in attrs.items()))
         if key not in self.resources:
-            self.resources[key] = Resource(attributes=kvs(attrs))
+            self.resources[key] = Resource(attributes=kvs(attrs)).SerializeToString()
         return key
 
-    def add(self, res_key: tuple, span: tpb.Span) -> None:
-        self.by_resource.setdefault(res_key, []).append(span)
+    def add(self, res_key: tuple, span_bytes: bytes) -> None:
+        lst = self.by_resource.get(res_key)
+        if lst is None:
+            lst = self.by_resource[res_key] = []
+        lst.append(span_bytes)
         self.pending += 1
         self.total += 1
         if self.pending >= self.batch:
@@ -92,19 +97,12 @@ class SpanBatcher:
     def flush(self) -> None:
         if not self.pending:
             return
-        req = ExportTraceServiceRequest()
-        for key, spans in self.by_resource.items():
-            if not spans:
-                continue
-            rs = req.resource_spans.add()
-            rs.resource.CopyFrom(self.resources[key])
-            ss = rs.scope_spans.add()
-            ss.scope.CopyFrom(self.scope)
-            ss.spans.extend(spans)
+        body = b"".join(pbenc.resource_spans(self.resources[key], self.scope_bytes, spans)
+                        for key, spans in self.by_resource.items() if spans)
         self.by_resource = {}
         self.pending = 0
         if self.sink is not None:
-            self.sink(req)
+            self.sink(ExportTraceServiceRequest.FromString(body))
 
 
 def metric_points(resource_attrs: dict, engine, now_ns: int, start_ns: int, model: str, engine_index: str = "0",

@@ -421,7 +421,7 @@ class ReplicaServer:
                 raise ValueError("'emulator_output_tokens' must be a positive integer")
             return n
         if body.get("ignore_eos") and max_tokens:
-            return int(max_tokens)
+            return int(max_tokens) + 1  # never stops by itself: max_tokens ends it ("length")
         natural = 32 + zlib.crc32(" ".join(tokens[-64:]).encode()) % 256
         return max(natural, int(body.get("min_tokens") or 0))
 

@@ -1,0 +1,202 @@
+"""Live mode: emulated replicas over HTTP with the stock openai client, /metrics, spans, faults."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from serving.emulator.live import start_replicas
+from serving.emulator.profiles import get_profile
+from serving.emulator.stats import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+@pytest.fixture
+def replica():
+    exporters = {}
+
+    def factory(rid):
+        exporters[rid] = InMemorySpanExporter()
+        return exporters[rid]
+
+    fleet = start_replicas(1, "h100-llama-3.1-8b", span_exporter_factory=factory)
+    r = fleet[0]
+    r.spans = lambda: (r.server.tracer_provider.force_flush(), exporters[r.replica_id].get_finished_spans())[1]
+    yield r
+    fleet.stop()
+
+
+def metric_value(text: str, name: str, **labels) -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {labels} not in /metrics")
+
+
+def test_openai_client_streaming_and_not(replica):
+    client = openai.OpenAI(base_url=replica.url + "/v1", api_key="EMPTY")
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say hi"}],
+                                       extra_body={"emulator_output_tokens": 12},
+                                       extra_headers={"X-Request-Id": "abc123"})
+    assert r.id == "chatcmpl-abc123"
+    assert r.usage.completion_tokens == 12 and r.choices[0].finish_reason == "stop"
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Count"}],
+                                            max_tokens=8, stream=True,
+                                            stream_options={"include_usage": True, "continuous_usage_stats": True},
+                                            extra_body={"emulator_output_tokens": 50})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    content = [c for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(content) == 8
+    assert content[-1].choices[0].finish_reason == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    # continuous usage: cumulative on every chunk, take the last, never sum
+    assert [c.usage.completion_tokens for c in content] == list(range(1, 9))
+
+    comp = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                                     extra_body={"ignore_eos": True})
+    assert comp.object == "text_completion" and comp.usage.completion_tokens == 5
+    assert comp.choices[0].finish_reason == "length"
+
+    models = client.models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+    spans = replica.spans()
+    assert len(spans) == 3
+    first = next(s for s in spans if s.attributes["gen_ai.request.id"] == "chatcmpl-abc123")
+    assert first.name == "llm_request" and first.kind.name == "SERVER"
+    assert first.attributes["gen_ai.usage.completion_tokens"] == 12
+    assert first.attributes["gen_ai.response.finish_reasons"] == '["stop"]'
+    assert first.resource.attributes["service.instance.id"] == replica.replica_id
+    assert first.resource.attributes["gpu.type"] == "H100"
+    # batch 1: TTFT cannot be below the profile's (input overhead + one prefill step)
+    prompt = first.attributes["gen_ai.usage.prompt_tokens"]
+    assert first.attributes["gen_ai.latency.time_to_first_token"] >= get_profile("h100-llama-3.1-8b").batch1_ttft_s(prompt)
+    assert "gen_ai.request.max_tokens" not in first.attributes
+
+
+def test_span_is_child_of_traceparent(replica):
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    r = httpx.post(replica.url + "/v1/chat/completions", headers={"traceparent": tp},
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+                         "temperature": 0.5})
+    assert r.status_code == 200
+    (span,) = replica.spans()
+    assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert format(span.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert span.attributes["gen_ai.request.max_tokens"] == 3
+    assert span.attributes["gen_ai.request.temperature"] == 0.5
+
+
+def test_errors_have_vllm_shape(replica):
+    r = httpx.post(replica.url + "/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["code"] == 404 and err["type"] == "NotFoundError" and "nope" in err["message"]
+    r = httpx.post(replica.url + "/v1/chat/completions", json={"model": MODEL, "messages": []})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "BadRequestError"
+    r = httpx.post(replica.url + "/admin/faults", json={"kind": "slowdown", "value": -1})
+    assert r.status_code == 400 and "slowdown" in r.json()["error"]["message"]
+    r = httpx.post(replica.url + "/admin/faults", json={"kind": "error_rate", "value": {"503": 1.0}})
+    assert r.status_code == 200 and r.json()["error_rate"] == {"503": 1.0}
+    client = openai.OpenAI(base_url=replica.url + "/v1", api_key="EMPTY", max_retries=0)
+    with pytest.raises(openai.InternalServerError) as exc:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
+    assert exc.value.status_code == 503
+    assert httpx.post(replica.url + "/admin/faults", json={"clear": True}).status_code == 200
+    assert replica.spans() == ()  # rejected before the engine: no span
+
+
+def test_tokens_are_conserved_including_an_aborted_stream(replica):
+    client = openai.OpenAI(base_url=replica.url + "/v1", api_key="EMPTY")
+    completed = 0
+    for n in (5, 9):
+        r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"q{n}"}],
+                                           extra_body={"emulator_output_tokens": n})
+        completed += r.usage.completion_tokens
+    s = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "long"}], stream=True,
+                                       stream_options={"include_usage": True}, extra_body={"emulator_output_tokens": 400})
+    for i, chunk in enumerate(s):
+        if i == 4:
+            break
+    s.close()  # the client hangs up: vLLM aborts the request
+    deadline = 50
+    while len(replica.spans()) < 3 and deadline:
+        import time
+
+        time.sleep(0.1)
+        deadline -= 1
+    spans = replica.spans()
+    assert len(spans) == 3
+    aborted = [sp for sp in spans if sp.attributes["gen_ai.response.finish_reasons"] == '["abort"]']
+    assert len(aborted) == 1
+    ab_tokens = aborted[0].attributes["gen_ai.usage.completion_tokens"]
+    assert 3 <= ab_tokens < 400
+    text = httpx.get(replica.url + "/metrics").text
+    gen = metric_value(text, "vllm:generation_tokens_total")
+    assert gen == completed + ab_tokens == sum(sp.attributes["gen_ai.usage.completion_tokens"] for sp in spans)
+    prompt = metric_value(text, "vllm:prompt_tokens_total")
+    assert prompt == sum(sp.attributes["gen_ai.usage.prompt_tokens"] for sp in spans)  # aborted one included
+    assert metric_value(text, "vllm:request_success_total", finished_reason="stop") == 2
+    assert metric_value(text, "vllm:request_success_total", finished_reason="abort") == 0  # vLLM's known gap
+
+
+def test_crash_breaks_streams_mid_way_and_exports_no_span(replica):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "go"}], "stream": True,
+            "emulator_output_tokens": 2000}
+    events = []
+    with httpx.stream("POST", replica.url + "/v1/chat/completions", json=body, timeout=30) as resp:
+        assert resp.status_code == 200
+        for line in resp.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            events.append(line[6:])
+            if len(events) == 6:
+                httpx.post(replica.url + "/admin/faults", json={"kind": "crash", "until_s": 0.2})
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])
+    assert err["error"]["code"] == 500 and err["error"]["type"] == "InternalServerError"
+    tokens = sum(1 for e in events[:-2] if json.loads(e)["choices"][0]["delta"].get("content"))
+    assert 5 <= tokens < 2000
+    assert replica.spans() == ()
+    # restarted after 0.2 s: serves again, counters reset
+    import time
+
+    for _ in range(50):
+        if httpx.get(replica.url + "/health").status_code == 200:
+            break
+        time.sleep(0.05)
+    r = httpx.post(replica.url + "/v1/chat/completions",
+                   json={"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+    assert r.status_code == 200
+    assert len(replica.spans()) == 1
+
+
+def test_metrics_names_types_and_buckets(replica):
+    httpx.post(replica.url + "/v1/completions", json={"model": MODEL, "prompt": "hello", "max_tokens": 4})
+    text = httpx.get(replica.url + "/metrics").text
+    for name, kind in (("vllm:num_requests_running", "gauge"), ("vllm:num_requests_waiting", "gauge"),
+                       ("vllm:kv_cache_usage_perc", "gauge"), ("vllm:prompt_tokens", "counter"),
+                       ("vllm:generation_tokens", "counter"), ("vllm:num_preemptions", "counter"),
+                       ("vllm:prefix_cache_queries", "counter"), ("vllm:prefix_cache_hits", "counter"),
+                       ("vllm:request_success", "counter"), ("vllm:time_to_first_token_seconds", "histogram"),
+                       ("vllm:inter_token_latency_seconds", "histogram"),
+                       ("vllm:e2e_request_latency_seconds", "histogram")):
+        family = name + "_total" if kind == "counter" else name  # the text format names counters *_total
+        assert f"# TYPE {family} {kind}" in text, name
+    labels = f'engine="0",model_name="{MODEL}"'
+    assert f"vllm:generation_tokens_total{{{labels}}} 4.0" in text
+    for name, bounds in (("vllm:time_to_first_token_seconds", TTFT_BUCKETS),
+                         ("vllm:inter_token_latency_seconds", ITL_BUCKETS),
+                         ("vllm:e2e_request_latency_seconds", REQUEST_LATENCY_BUCKETS)):
+        les = [ln.split('le="')[1].split('"')[0] for ln in text.splitlines() if ln.startswith(name + "_bucket")]
+        assert les == [repr(float(b)) for b in bounds] + ["+Inf"]
+    assert f"vllm:inter_token_latency_seconds_count{{{labels}}} 3.0" in text  # 4 tokens, 3 gaps
+    assert "vllm:cache_config_info{" in text and 'block_size="16"' in text

@@ -480,19 +480,24 @@ class FleetSimulator:
                   STATUS_UNSET if ok else STATUS_ERROR, error_type or "")
 
     def _abort_engine(self, t, a):
-        """Abort the attempt's engine request (client went away); returns tokens generated so far."""
+        """Abort the attempt's engine request (client went away); returns tokens generated so far.
+
+        The engine first runs to its step boundary at or after ``t``: a request that finished in
+        that step ends normally (its span says so) although the client already gave up.
+        """
         rep, req = a.rep, a.req
         if req is None or rep.inflight.get(req.request_id) is not a:
             return 0
-        del rep.inflight[req.request_id]
         rep.outstanding -= 1
         if rep.engine.by_id.get(req.request_id) is None:  # not yet added (input overhead): nothing ran
+            del rep.inflight[req.request_id]
             req.out = 0
             return 0
         self.interrupt(rep, t)
-        got = rep.engine.abort(req.request_id)
-        if got is not None:
-            self.engine_span(rep, a, got)
+        if rep.inflight.pop(req.request_id, None) is not None:
+            got = rep.engine.abort(req.request_id)
+            if got is not None:
+                self.engine_span(rep, a, got)
         self.reschedule(rep)
         return req.out
 

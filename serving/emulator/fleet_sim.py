@@ -31,6 +31,7 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
@@ -173,7 +174,7 @@ class FleetSimulator:
             if ev.until_s is not None and ev.kind != "crash":
                 self.push(ev.until_s, self.on_fault_end, ev)
         self.active_tasks = 0
-        self.last_arrival = 0.0
+        self.arrivals_left = False
         self.progress = None
 
     # ------------------------------------------------------------------ helpers
@@ -193,20 +194,21 @@ class FleetSimulator:
         self.summary.spans += 1
 
     # ------------------------------------------------------------------ run
-    def run(self, plans, progress: bool, until_s: float | None) -> SimSummary:
+    def run(self, plans, progress: bool, until_s: float | None, total: int | None = None) -> SimSummary:
         wall0 = time.perf_counter()
-        plans = sorted(plans, key=lambda p: p.arrival_s)
-        if plans:
-            self.last_arrival = plans[-1].arrival_s
+        if isinstance(plans, (list, tuple)):
+            plans = sorted(plans, key=lambda p: p.arrival_s)
+            total = len(plans)
         it = iter(plans)
         first = next(it, None)
+        self.arrivals_left = first is not None
         if first is not None:
             self.push(first.arrival_s, self.on_task_arrival, (first, it))
         self.push(self.interval, self.on_tick, None)
         if progress:
             from tqdm import tqdm
 
-            self.progress = tqdm(total=len(plans), unit="task", desc="simulating", mininterval=0.5)
+            self.progress = tqdm(total=total, unit="task", desc="simulating", mininterval=0.5)
         heap = self.heap
         t = 0.0
         try:
@@ -235,7 +237,12 @@ class FleetSimulator:
         plan, it = arg
         nxt = next(it, None)
         if nxt is not None:
-            self.push(max(nxt.arrival_s, t), self.on_task_arrival, (nxt, it))
+            if nxt.arrival_s < plan.arrival_s:
+                raise ValueError(f"plans must be sorted by arrival_s: {nxt.task_id} ({nxt.arrival_s}) "
+                                 f"after {plan.task_id} ({plan.arrival_s})")
+            self.push(nxt.arrival_s, self.on_task_arrival, (nxt, it))
+        else:
+            self.arrivals_left = False
         task = _Task()
         task.plan = plan
         task.trace_id = self.rng.getrandbits(128).to_bytes(16, "big")
@@ -619,16 +626,19 @@ class FleetSimulator:
                                        rep.profile.model, full=self.full_metrics)
                 self.sink(req)
                 self.summary.metric_points += n
-        if self.active_tasks > 0 or t < self.last_arrival:
+        if self.active_tasks > 0 or self.arrivals_left:
             self.push(t + self.interval, self.on_tick, None)
 
 
-def simulate(plans: list[TaskPlan], fleet: list[ReplicaSpec], *, start_time_ns: int | None = None,
+def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_ns: int | None = None,
              policy: str = "round_robin", retry_policy: RetryPolicy | None = None, faults=(), sink=None,
              progress: bool = False, seed: int = 0, metrics_interval_s: float = 10.0, gateway_retries: int = 1,
              spans: str = "all", span_batch: int = 5000, full_metrics: bool = False, noise_sigma: float = 0.0,
-             until_s: float | None = None) -> SimSummary:
+             until_s: float | None = None, total: int | None = None) -> SimSummary:
     """Simulate ``plans`` (``serving.plans.TaskPlan``, ``arrival_s`` seconds from the start) on ``fleet``.
+
+    ``plans``: a list (sorted here) or any iterable already sorted by ``arrival_s`` (read lazily, so
+    a week can be generated hour by hour; ``total`` then sizes the progress bar).
 
     - ``start_time_ns``: wall-clock time of simulated second 0 (default: now, rounded down to the
       minute). Span and metric timestamps are ``start_time_ns + simulated seconds``.
@@ -648,4 +658,4 @@ def simulate(plans: list[TaskPlan], fleet: list[ReplicaSpec], *, start_time_ns: 
                          faults=list(faults), sink=sink, seed=seed, metrics_interval_s=metrics_interval_s,
                          gateway_retries=gateway_retries, spans=spans, span_batch=span_batch,
                          full_metrics=full_metrics, noise_sigma=noise_sigma)
-    return sim.run(plans, progress, until_s)
+    return sim.run(plans, progress, until_s, total)

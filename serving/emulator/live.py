@@ -72,6 +72,32 @@ class Fleet(list):
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(_run(), self.loop).result(timeout=10)
 
+    def schedule_faults(self, events) -> None:
+        """Apply a fault timeline (``faults.FaultEvent``; ``at_s``/``until_s`` from now) to the replicas."""
+        ids = {r.replica_id: r for r in self}
+        for ev in events:
+            if ev.replica != "*" and ev.replica not in ids:
+                raise ValueError(f"fault {ev} names unknown replica {ev.replica!r}; replicas: {sorted(ids)}")
+
+        def apply(ev, end: bool):
+            for r in self if ev.replica == "*" else [ids[ev.replica]]:
+                srv = r.server
+                if ev.kind == "crash":
+                    if not end:
+                        srv.crash(restart_after_s=None if ev.until_s is None else ev.until_s - ev.at_s)
+                elif end:
+                    srv.set_fault(ev.kind, {"slowdown": 1.0, "kv_cut": 0.0, "error_rate": 0.0}[ev.kind])
+                else:
+                    srv.set_fault(ev.kind, ev.value)
+
+        def arm():
+            for ev in events:
+                self.loop.call_later(ev.at_s, apply, ev, False)
+                if ev.until_s is not None and ev.kind != "crash":
+                    self.loop.call_later(ev.until_s, apply, ev, True)
+
+        self.loop.call_soon_threadsafe(arm)
+
     def stop(self, timeout: float = 10.0) -> None:
         for s in self.servers:
             s.should_exit = True

@@ -91,12 +91,21 @@ def span_problem(span) -> str:
     return ""
 
 
-def _validate(request: ExportTraceServiceRequest, rejections: _Rejections) -> tuple[int, int, bool]:
-    """Drop invalid spans from ``request`` in place; returns (accepted, newest_ns, changed)."""
+def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
+              max_attribute_bytes: int) -> tuple[int, int, bool, list]:
+    """Drop invalid spans from ``request`` in place.
+
+    Returns (accepted, newest_ns, changed, big) where ``big`` lists the messages (resources and
+    spans) whose serialized size exceeds ``max_attribute_bytes``: only they can hold an oversized
+    attribute value, so only they are walked for truncation.
+    """
     accepted = 0
     newest = 0
     changed = False
+    big: list = []
     for rs_i, rs in enumerate(request.resource_spans):
+        if rs.resource.ByteSize() > max_attribute_bytes:
+            big.append((f"resource_spans[{rs_i}] resource", rs.resource))
         for ss_i, ss in enumerate(rs.scope_spans):
             bad: list[int] = []
             for sp_i, span in enumerate(ss.spans):
@@ -108,10 +117,12 @@ def _validate(request: ExportTraceServiceRequest, rejections: _Rejections) -> tu
                 accepted += 1
                 if span.end_time_unix_nano > newest:
                     newest = span.end_time_unix_nano
+                if span.ByteSize() > max_attribute_bytes:
+                    big.append((None, span))
             for sp_i in reversed(bad):
                 del ss.spans[sp_i]
             changed = changed or bool(bad)
-    return accepted, newest, changed
+    return accepted, newest, changed, big
 
 
 def _lenient_filter(body: bytes, rejections: _Rejections) -> bytes:
@@ -250,21 +261,17 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
         except DecodeError:
             raw = _lenient_filter(raw, rejections)  # invalid UTF-8 somewhere: keep what is valid
             request.ParseFromString(raw)
-    accepted, newest, changed = _validate(request, rejections)
-    # Only a body larger than the limit can hold an oversized value: skip the walk otherwise.
-    size_hint = len(raw) if raw is not None else request.ByteSize()
-    if size_hint > max_attribute_bytes:
-        for rs_i, rs in enumerate(request.resource_spans):
-            common.truncate_attributes(rs.resource.attributes, max_attribute_bytes, f"resource_spans[{rs_i}] resource",
-                                       truncations)
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    where = f"span {span.span_id.hex()}"
-                    common.truncate_attributes(span.attributes, max_attribute_bytes, where, truncations)
-                    for event in span.events:
-                        common.truncate_attributes(event.attributes, max_attribute_bytes, f"{where} event", truncations)
-                    for link in span.links:
-                        common.truncate_attributes(link.attributes, max_attribute_bytes, f"{where} link", truncations)
+    accepted, newest, changed, big = _validate(request, rejections, max_attribute_bytes)
+    for where, message in big:
+        if where is not None:  # a resource
+            common.truncate_attributes(message.attributes, max_attribute_bytes, where, truncations)
+            continue
+        where = f"span {message.span_id.hex()}"
+        common.truncate_attributes(message.attributes, max_attribute_bytes, where, truncations)
+        for event in message.events:
+            common.truncate_attributes(event.attributes, max_attribute_bytes, f"{where} event", truncations)
+        for link in message.links:
+            common.truncate_attributes(link.attributes, max_attribute_bytes, f"{where} link", truncations)
     if accepted == 0:
         payload = b""
     elif raw is not None and not changed and not truncations.count:

@@ -1,0 +1,221 @@
+"""OTLP span ingest throughput into the embedded store (chDB on a temporary directory).
+
+Run: ``.venv/bin/python benchmarks/bench_ingest.py [--spans 102400] [--naive-spans 20480] [--clients 2]``
+
+Measured in one run, on the same engine, each into a freshly migrated database:
+
+1. **end to end**: client processes POST pre-encoded OTLP/HTTP protobuf requests (512 vLLM-shaped
+   ``llm_request`` spans each, the SDK's default batch size) with several requests in flight to a
+   running :class:`collectors.receiver.Receiver`; timed from the first request until every span
+   is counted in ``otel_traces`` (so it includes validation, the fsync'ed spool, the batching
+   writer and ClickHouse decoding + the materialized views: ``llm_calls`` and the others on
+   ``otel_traces``);
+2. **decode + insert**: :func:`collectors.otlp_traces.prepare_traces` on every request, then
+   :func:`collectors.ingest.insert_trace_payloads` in batches of 20 requests (10,240 spans);
+3. **naive baseline**: a per-span Python loop over the parsed spans building exporter rows
+   (hex ids, stringified attributes) and inserting them with ``Store.insert`` in batches of
+   10,240 rows.
+
+Prints spans/s for each and the ratio of (1) and (2) to (3). Figures are pessimistic when other
+work shares the machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPANS_PER_REQUEST = 512
+T0 = 1_764_400_000_000_000_000
+
+
+def make_requests(n_requests: int, seed: int = 0) -> list[bytes]:
+    """``n_requests`` ExportTraceServiceRequest bodies of vLLM ``llm_request`` spans (14 attributes each)."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+    from schema import semconv as sc
+
+    bodies = []
+    for r in range(n_requests):
+        req = ExportTraceServiceRequest()
+        rs = req.resource_spans.add()
+        for key, value in [(sc.SERVICE_NAME, "vllm"), (sc.SERVICE_INSTANCE_ID, f"replica-{r % 4}"),
+                           (sc.GPU_TYPE, "H100"), (sc.GPU_COUNT, "1"), ("telemetry.sdk.language", "python")]:
+            rs.resource.attributes.add(key=key).value.string_value = value
+        ss = rs.scope_spans.add()
+        ss.scope.name = "vllm.tracing"
+        for i in range(SPANS_PER_REQUEST):
+            n = (seed * n_requests + r) * SPANS_PER_REQUEST + i + 1
+            start = T0 + n * 1_000_000
+            span = ss.spans.add(trace_id=n.to_bytes(16, "big"), span_id=n.to_bytes(8, "big"),
+                                parent_span_id=(n + 1).to_bytes(8, "big"), name=sc.VLLM_SPAN_NAME, kind=2,
+                                start_time_unix_nano=start, end_time_unix_nano=start + 2_500_000_000)
+            a = span.attributes
+            a.add(key=sc.GEN_AI_REQUEST_ID, value=AnyValue(string_value=f"chatcmpl-{n}"))
+            a.add(key=sc.GEN_AI_USAGE_PROMPT_TOKENS, value=AnyValue(int_value=200 + n % 3000))
+            a.add(key=sc.GEN_AI_USAGE_COMPLETION_TOKENS, value=AnyValue(int_value=50 + n % 500))
+            for key in (sc.GEN_AI_LATENCY_TTFT, sc.GEN_AI_LATENCY_E2E, sc.GEN_AI_LATENCY_QUEUE,
+                        sc.GEN_AI_LATENCY_PREFILL, sc.GEN_AI_LATENCY_DECODE, sc.GEN_AI_LATENCY_INFERENCE):
+                a.add(key=key, value=AnyValue(double_value=0.001 * (n % 2000) + 0.0123))
+            a.add(key=sc.GEN_AI_RESPONSE_FINISH_REASONS, value=AnyValue(string_value='["stop"]'))
+            a.add(key=sc.GEN_AI_REQUEST_MAX_TOKENS, value=AnyValue(int_value=1024))
+            a.add(key=sc.GEN_AI_REQUEST_TEMPERATURE, value=AnyValue(double_value=0.7))
+            a.add(key=sc.GEN_AI_REQUEST_TOP_P, value=AnyValue(double_value=0.95))
+            a.add(key=sc.GEN_AI_REQUEST_N, value=AnyValue(int_value=1))
+        bodies.append(req.SerializeToString())
+    return bodies
+
+
+def _client(url: str, bodies: list[bytes], in_flight: int, out) -> None:
+    """A client process: POST every body with ``in_flight`` threads; report (ok, non-200 statuses)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    client = httpx.Client(timeout=120, trust_env=False, limits=httpx.Limits(max_connections=in_flight))
+    statuses = []
+
+    def post(body):
+        while True:
+            resp = client.post(url, content=body, headers={"content-type": "application/x-protobuf"})
+            if resp.status_code in (429, 503):  # back-pressure: honour Retry-After (as OTLP exporters do)
+                statuses.append(resp.status_code)
+                time.sleep(float(resp.headers.get("retry-after", "1")))
+                continue
+            return resp.status_code
+
+    with ThreadPoolExecutor(in_flight) as pool:
+        codes = list(pool.map(post, bodies))
+    out.put((codes.count(200), statuses + [c for c in codes if c != 200]))
+
+
+def fresh_store(engine_dir: str, name: str):
+    from schema.migrate import migrate
+    from schema.store import connect
+
+    store = connect(f"chdb://{engine_dir}", name)
+    migrate(store, retention_days=3650)
+    return store
+
+
+def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flight: int) -> float:
+    from collectors.receiver import Receiver, ReceiverConfig
+
+    store = fresh_store(engine_dir, "bench_e2e")
+    spool = tempfile.mkdtemp(prefix="bench-spool-")
+    receiver = Receiver(ReceiverConfig(port=0, spool_dir=Path(spool)), store).start()
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    shares = [bodies[i::clients] for i in range(clients)]
+    procs = [ctx.Process(target=_client, args=(f"{receiver.url}/v1/traces", share, in_flight, out)) for share in shares]
+    started = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    assert receiver.flush(600), "receiver did not drain"
+    total = store.scalar("SELECT count() FROM otel_traces", tag="bench.count")
+    elapsed = time.perf_counter() - started
+    receiver.stop()
+    ok = sum(r[0] for r in results)
+    other = [c for r in results for c in r[1]]
+    expected = len(bodies) * SPANS_PER_REQUEST
+    assert ok == len(bodies) and total == expected, f"{ok} requests ok, {total} rows, expected {expected}"
+    stats = receiver.stats
+    print(f"  end to end: {expected} spans in {elapsed:.2f} s; {stats.inserts} inserts "
+          f"({stats.insert_seconds:.2f} s inside inserts); {len(other)} back-pressure answers retried")
+    store.command("DROP DATABASE bench_e2e SYNC", tag="bench.drop")
+    return expected / elapsed
+
+
+def bench_decode_insert(engine_dir: str, bodies: list[bytes]) -> float:
+    from collectors.ingest import insert_trace_payloads
+    from collectors.otlp_traces import prepare_traces
+
+    store = fresh_store(engine_dir, "bench_direct")
+    started = time.perf_counter()
+    payloads = [prepare_traces(b).payload for b in bodies]
+    decoded = time.perf_counter()
+    for i in range(0, len(payloads), 20):
+        insert_trace_payloads(store, payloads[i:i + 20])
+    elapsed = time.perf_counter() - started
+    total = store.scalar("SELECT count() FROM otel_traces", tag="bench.count")
+    assert total == len(bodies) * SPANS_PER_REQUEST
+    print(f"  decode + insert: {total} spans in {elapsed:.2f} s (validation {decoded - started:.2f} s)")
+    store.command("DROP DATABASE bench_direct SYNC", tag="bench.drop")
+    return total / elapsed
+
+
+def bench_naive(engine_dir: str, bodies: list[bytes]) -> float:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    from collectors.otlp_common import attributes_to_map
+
+    kinds = ["Unspecified", "Internal", "Server", "Client", "Producer", "Consumer"]
+    codes = ["Unset", "Ok", "Error"]
+    columns = ["Timestamp", "TraceId", "SpanId", "ParentSpanId", "TraceState", "SpanName", "SpanKind", "ServiceName",
+               "ResourceAttributes", "ScopeName", "ScopeVersion", "SpanAttributes", "Duration", "StatusCode",
+               "StatusMessage"]
+    store = fresh_store(engine_dir, "bench_naive")
+    started = time.perf_counter()
+    rows = []
+    total = 0
+    for body in bodies:
+        req = ExportTraceServiceRequest.FromString(body)
+        for rs in req.resource_spans:
+            resource = attributes_to_map(rs.resource.attributes)
+            for ss in rs.scope_spans:
+                for sp in ss.spans:  # the per-span Python loop
+                    rows.append([sp.start_time_unix_nano, sp.trace_id.hex(), sp.span_id.hex(), sp.parent_span_id.hex(),
+                                 sp.trace_state, sp.name, kinds[sp.kind], resource.get("service.name", ""), resource,
+                                 ss.scope.name, ss.scope.version, attributes_to_map(sp.attributes),
+                                 sp.end_time_unix_nano - sp.start_time_unix_nano, codes[sp.status.code],
+                                 sp.status.message])
+        if len(rows) >= 10_240:
+            store.insert("otel_traces", rows, columns, tag="bench.naive")
+            total += len(rows)
+            rows = []
+    if rows:
+        store.insert("otel_traces", rows, columns, tag="bench.naive")
+        total += len(rows)
+    elapsed = time.perf_counter() - started
+    assert store.scalar("SELECT count() FROM otel_traces", tag="bench.count") == total
+    print(f"  naive per-span loop: {total} spans in {elapsed:.2f} s")
+    store.command("DROP DATABASE bench_naive SYNC", tag="bench.drop")
+    return total / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--spans", type=int, default=102_400, help="spans for the end-to-end and direct runs")
+    parser.add_argument("--naive-spans", type=int, default=20_480, help="spans for the naive baseline")
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
+    args = parser.parse_args()
+    n_requests = max(1, args.spans // SPANS_PER_REQUEST)
+    print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)
+    bodies = make_requests(n_requests)
+    naive_bodies = bodies[: max(1, args.naive_spans // SPANS_PER_REQUEST)]
+    print(f"{os.cpu_count()} CPUs; body {len(bodies[0])} bytes ({len(bodies[0]) / SPANS_PER_REQUEST:.0f} B/span)")
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
+        naive = bench_naive(engine_dir, naive_bodies)
+        direct = bench_decode_insert(engine_dir, bodies)
+        e2e = bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight)
+    print()
+    print(f"naive per-span Python loop + insert : {naive:10,.0f} spans/s  (baseline)")
+    print(f"decode + insert (ClickHouse decodes): {direct:10,.0f} spans/s  ({direct / naive:.1f}x baseline)")
+    print(f"end to end over OTLP/HTTP           : {e2e:10,.0f} spans/s  ({e2e / naive:.1f}x baseline)")
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -178,6 +179,17 @@ def make_gateway(replicas, spans):
         server.stop()
 
 
+def finished(exporter, name, n=1):
+    """The finished spans called ``name``, once at least ``n`` exist: the gateway ends its spans just
+    after the last byte reached the client, so the test may look a moment too early (waits up to 10 s)."""
+    deadline = time.monotonic() + 10
+    while True:
+        spans = [s for s in exporter.get_finished_spans() if s.name == name]
+        if len(spans) >= n or time.monotonic() > deadline:
+            return spans
+        time.sleep(0.005)
+
+
 def sse_events(text):
     return [e[6:] for e in text.split("\n\n") if e.startswith("data: ")]
 
@@ -199,8 +211,8 @@ def test_stream_passthrough_spans_and_traceparent_upstream(make_gateway, replica
     assert resp.status_code == 200 and events[-1] == "[DONE]"
     assert json.loads(events[-2])["usage"]["completion_tokens"] == 5
     exporter = spans[1]
-    server = [s for s in exporter.get_finished_spans() if s.name == "gateway chat"][0]
-    attempt = [s for s in exporter.get_finished_spans() if s.name == "gateway.attempt"][0]
+    server = finished(exporter, "gateway chat")[0]
+    attempt = finished(exporter, "gateway.attempt")[0]
     assert server.kind.name == "SERVER" and attempt.kind.name == "CLIENT"
     assert attempt.parent.span_id == server.context.span_id
     a = attempt.attributes
@@ -221,11 +233,10 @@ def test_retry_before_first_byte_goes_to_another_replica(make_gateway, replicas,
     gateway, url = make_gateway(n=2, retry_budget_min=5)
     resp = httpx.post(url + "/v1/chat/completions", json=BODY, headers=task_headers())
     assert resp.status_code == 200 and sse_events(resp.text)[-1] == "[DONE]"
-    attempts = sorted((s for s in spans[1].get_finished_spans() if s.name == "gateway.attempt"),
-                      key=lambda s: s.attributes[sc.GATEWAY_ATTEMPT])
+    attempts = sorted(finished(spans[1], "gateway.attempt", 2), key=lambda s: s.attributes[sc.GATEWAY_ATTEMPT])
     assert [(s.attributes[sc.GATEWAY_REPLICA], s.attributes[sc.GATEWAY_UPSTREAM_STATUS], s.status.status_code.name)
             for s in attempts] == [("r0", 503, "ERROR"), ("r1", 200, "OK")]
-    server = [s for s in spans[1].get_finished_spans() if s.name == "gateway chat"][0]
+    server = finished(spans[1], "gateway chat")[0]
     assert (server.attributes[sc.GATEWAY_RETRIES], server.attributes[sc.GATEWAY_REPLICA]) == (1, "r1")
     assert gateway.stats.retries == 1
 
@@ -241,10 +252,10 @@ def test_crash_after_first_byte_ends_with_error_chunk_and_done(make_gateway, rep
     assert json.loads(events[-2])["error"]["code"] == 500
     assert sum(1 for e in events[:-2] if json.loads(e)["choices"][0]["delta"].get("content")) == 3
     exporter = spans[1]
-    attempt = [s for s in exporter.get_finished_spans() if s.name == "gateway.attempt"]
+    server = finished(exporter, "gateway chat")[0]
+    attempt = finished(exporter, "gateway.attempt")
     assert len(attempt) == 1  # no retry after the first byte
     assert (attempt[0].attributes[sc.GATEWAY_TOKENS_STREAMED], attempt[0].attributes[sc.ERROR_TYPE]) == (3, "stream_broken")
-    server = [s for s in exporter.get_finished_spans() if s.name == "gateway chat"][0]
     assert server.attributes[sc.GATEWAY_TOKENS_STREAMED] == 3 and server.status.status_code.name == "ERROR"
 
 
@@ -259,7 +270,8 @@ def test_retry_budget_caps_retries_with_one_failing_replica(make_gateway, replic
             statuses.append(client.post(url + "/v1/chat/completions", json=BODY).status_code)
     # Every request that hit r0 first was either retried (on r1, which succeeds) or denied by the budget.
     retries, denied = gateway.stats.retries, gateway.stats.retries_denied
-    attempts = [s for s in spans[1].get_finished_spans() if s.name == "gateway.attempt"]
+    finished(spans[1], "gateway chat", 40)
+    attempts = finished(spans[1], "gateway.attempt", 40 + retries)
     first_on_r0 = [s for s in attempts if s.attributes[sc.GATEWAY_ATTEMPT] == 1 and s.attributes[sc.GATEWAY_REPLICA] == "r0"]
     assert 1 <= retries <= 0.1 * 40  # the budget: retries <= 10% of requests in the window
     assert len(first_on_r0) == retries + denied and denied >= 10
@@ -288,8 +300,7 @@ def test_admission_rejects_with_retry_after(make_gateway, replicas, spans):
     assert rejected.status_code == 429 and rejected.headers["retry-after"] == "3"
     assert rejected.json()["error"]["code"] == 429
     assert batch.status_code == 200 and [r.status_code for r in slow] == [200, 200]
-    span = [s for s in spans[1].get_finished_spans() if s.name == "gateway chat"
-            and s.attributes[sc.GATEWAY_ADMISSION] == "rejected"]
+    span = [s for s in finished(spans[1], "gateway chat", 4) if s.attributes[sc.GATEWAY_ADMISSION] == "rejected"]
     assert len(span) == 1 and span[0].attributes[sc.TASK_ID] == "T3"
     metrics = httpx.get(url + "/metrics").text
     assert 'infercost_gateway_admission_rejections_total{priority="interactive"} 1.0' in metrics
@@ -309,7 +320,7 @@ def test_non_streaming_and_least_loaded(make_gateway, replicas, spans):
         stubs[0].waiting = stubs[0].running = stubs[1].waiting = stubs[1].running = 0
     assert [r.json()["usage"]["completion_tokens"] for r in replies] == [5, 5, 5]
     assert len(stubs[1].requests) == 3 and len(stubs[0].requests) == 0
-    attempt = [s for s in spans[1].get_finished_spans() if s.name == "gateway.attempt"][0]
+    attempt = finished(spans[1], "gateway.attempt", 3)[0]
     assert attempt.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 5
 
 

@@ -53,7 +53,7 @@ def rig(e2e_store, tmp_path):
     receiver = receiver_mod.Receiver(receiver_mod.ReceiverConfig(port=0, spool_dir=tmp_path / "spool",
                                                                  batch_max_seconds=0.1), store).start()
     fleet = live.start_replicas(2, otlp_endpoint=receiver.url, ids=["replica-0", "replica-1"])
-    providers, servers = [], []
+    providers, servers, gateways = [], [], []
 
     class Rig:
         pass
@@ -67,6 +67,7 @@ def rig(e2e_store, tmp_path):
         providers.append(provider)
         config = GatewayConfig([Upstream(x.replica_id, x.url) for x in fleet], **kwargs)
         gw = Gateway(config, tracer_provider=provider)
+        gateways.append(gw)
         server = ServerThread(gw).start()
         servers.append(server)
         return gw, server.url
@@ -77,6 +78,9 @@ def rig(e2e_store, tmp_path):
         return provider
 
     def flush():
+        deadline = time.monotonic() + 10  # a gateway ends its spans just after the last byte left
+        while any(g.active_requests for g in gateways) and time.monotonic() < deadline:
+            time.sleep(0.005)
         for p in providers:
             p.force_flush()
         for x in fleet:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
+import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +39,23 @@ def parse_load(text: str) -> tuple[float, float]:
     return waiting, running
 
 
-async def scrape_once(client: httpx.AsyncClient, router, timeout_s: float = 1.0) -> None:
+async def scrape_once(client: aiohttp.ClientSession, router, timeout_s: float = 1.0) -> None:
     """Scrape every replica once, concurrently; a failed scrape keeps the previous values."""
 
     async def one(replica):
         try:
-            resp = await client.get(replica.upstream.url + "/metrics", timeout=timeout_s)
-            if resp.status_code == 200:
-                waiting, running = parse_load(resp.text)
-                router.update_scrape(replica.replica_id, waiting, running)
-        except httpx.HTTPError as exc:
+            async with client.get(replica.upstream.url + "/metrics",
+                                  timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                if resp.status == 200:
+                    waiting, running = parse_load(await resp.text())
+                    router.update_scrape(replica.replica_id, waiting, running)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             log.debug("scrape of %s failed: %r", replica.replica_id, exc)
 
     await asyncio.gather(*(one(r) for r in router.replicas))
 
 
-async def scrape_loop(client: httpx.AsyncClient, router, interval_s: float) -> None:
+async def scrape_loop(client: aiohttp.ClientSession, router, interval_s: float) -> None:
     """Scrape every ``interval_s`` seconds until cancelled."""
     while True:
         await scrape_once(client, router, timeout_s=min(1.0, interval_s * 2))

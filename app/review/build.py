@@ -34,6 +34,21 @@ WASTE_LABELS = {
 DAY_SECONDS = 86400
 
 
+class _Summaries:
+    """``cost.period_summary`` memoised for one build: segments, waste and levers read the same
+    groupings, and each call is a full scan of the week (chDB serialises them)."""
+
+    def __init__(self, store):
+        self.store = store
+        self._seen: dict[tuple, object] = {}
+
+    def __call__(self, start, end, by=None):
+        key = (start, end, by)
+        if key not in self._seen:
+            self._seen[key] = cost.period_summary(self.store, start, end, by=by)
+        return self._seen[key]
+
+
 def _row(df) -> dict:
     return df.iloc[0].to_dict() if df is not None and not df.empty else {}
 
@@ -78,17 +93,19 @@ def _factors(t: dict, l: dict, gh_t: dict, gh_l: dict) -> list[Factor]:
         idle_share_this=idle_share(t), idle_share_last=idle_share(l))
 
 
-def _segments_and_movers(store, week: IsoWeek, prev: IsoWeek, movers_n: int):
+def _segments_and_movers(store, summaries: _Summaries, week: IsoWeek, prev: IsoWeek, movers_n: int):
     segments: dict[str, list[SegmentRow]] = {}
     candidates: list[Mover] = []
     for dim in DIMENSIONS:
-        this = _by_group(cost.period_summary(store, week.start, week.end, by=dim))
-        last = _by_group(cost.period_summary(store, prev.start, prev.end, by=dim))
+        this = _by_group(summaries(week.start, week.end, by=dim))
+        last = _by_group(summaries(prev.start, prev.end, by=dim))
         gh_this = _by_group(review.gpu_hours(store, week.start, week.end, by=dim))
         gh_last = _by_group(review.gpu_hours(store, prev.start, prev.end, by=dim))
         rows = []
         for key in sorted(set(this) | set(last), key=lambda k: -(num(this.get(k, {}).get("spend_usd")) or 0.0)):
             t, l = this.get(key, {}), last.get(key, {})
+            if not any((num(r.get(k)) or 0) > 0 for r in (t, l) for k in ("spend_usd", "tasks")):
+                continue  # e.g. client-only calls with no model and no cost: nothing to show
             row = SegmentRow(dim, key, _fig(t, l, "cpst_usd"), _fig(t, l, "spend_usd"),
                              _fig(t, l, "successful_tasks"), _fig(t, l, "tasks"))
             rows.append(row)
@@ -113,11 +130,11 @@ def _fleet_mover(t: dict, l: dict, gh_t: dict, gh_l: dict) -> Mover | None:
     return Mover("fleet", "", _fig(t, l, "spend_usd"), cpst, drivers, residual)
 
 
-def _waste(store, week: IsoWeek, prev: IsoWeek) -> list[WasteRow]:
+def _waste(store, summaries: _Summaries, week: IsoWeek, prev: IsoWeek) -> list[WasteRow]:
     this = {r["category"]: r for r in cost.waste_breakdown(store, week.start, week.end).to_dict("records")}
     last = {r["category"]: r for r in cost.waste_breakdown(store, prev.start, prev.end).to_dict("records")}
-    by_type = cost.period_summary(store, week.start, week.end, by="task_type").to_dict("records")
-    by_replica = cost.period_summary(store, week.start, week.end, by="replica").to_dict("records")
+    by_type = summaries(week.start, week.end, by="task_type").to_dict("records")
+    by_replica = summaries(week.start, week.end, by="replica").to_dict("records")
     column = {"retry_waste": "retry_waste_usd", "failed_task_waste": "failed_task_waste_usd", "partial": "partial_usd",
               "unattributed": "unattributed_usd", "idle": "idle_usd", "pending": "pending_usd"}
 
@@ -168,7 +185,7 @@ def _dt(value) -> datetime | None:
 
         if pd.isna(value):
             return None
-        return pd.Timestamp(value).to_pydatetime()
+        return pd.Timestamp(value).to_pydatetime(warn=False)
     except (TypeError, ValueError):
         return None
 
@@ -244,8 +261,9 @@ def build_review(store, week: IsoWeek | str, *, now: datetime | None = None, mov
     week = parse_week(week) if isinstance(week, str) else week
     prev = week.previous()
     now = now or datetime.now(timezone.utc)
-    t = _row(cost.period_summary(store, week.start, week.end))
-    l = _row(cost.period_summary(store, prev.start, prev.end))
+    summaries = _Summaries(store)
+    t = _row(summaries(week.start, week.end))
+    l = _row(summaries(prev.start, prev.end))
     headline = _headline(t, l)
     empty = not any((num(t.get(k)) or 0) > 0 for k in ("spend_usd", "tasks", "requests"))
     review_ = WeeklyReview(week=week, previous=prev, generated_at=now, headline=headline, empty=empty)
@@ -253,23 +271,23 @@ def build_review(store, week: IsoWeek | str, *, now: datetime | None = None, mov
         return review_
     gh_t = _row(review.gpu_hours(store, week.start, week.end))
     gh_l = _row(review.gpu_hours(store, prev.start, prev.end))
-    review_.segments, movers = _segments_and_movers(store, week, prev, movers_n)
+    review_.segments, movers = _segments_and_movers(store, summaries, week, prev, movers_n)
     fleet = _fleet_mover(t, l, gh_t, gh_l)
     review_.movers = ([fleet] if fleet else []) + movers
-    review_.waste = _waste(store, week, prev)
+    review_.waste = _waste(store, summaries, week, prev)
     review_.incidents, review_.incidents_note = _incidents(store, week, now)
     review_.top_tasks = _tasks(review.top_tasks(store, week.start, week.end, limit=top_n))
     review_.top_failed_tasks = _tasks(review.top_tasks(store, week.start, week.end, limit=top_n, failed_only=True))
     review_.daily_this = _daily(store, week)
     review_.daily_last = _daily(store, prev)
-    review_.levers = _levers(store, week)
+    review_.levers = _levers(store, summaries, week)
     review_.notes = _notes(store, week, headline, review_.waste)
     return review_
 
 
-def _levers(store, week: IsoWeek):
+def _levers(store, summaries: _Summaries, week: IsoWeek):
     start, end = week.start, week.end
-    by_replica = cost.period_summary(store, start, end, by="replica")
+    by_replica = summaries(start, end, by="replica")
     occupancy = review.batch_occupancy(store, start, end)
     load = review.engine_load(store, start, end)
     routing = review.routing(store, start, end)

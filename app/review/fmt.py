@@ -102,6 +102,10 @@ def measure(value: float | None, unit: str) -> str:
         return usd(value) + (unit[3:] if len(unit) > 3 else "")
     if unit == "s":
         return seconds(value)
-    if unit in ("successful tasks", "tasks", "requests", "count"):
+    if unit == "requests":
+        return f"{number(value, 1)} requests"
+    if unit in ("successful tasks", "tasks", "count"):
         return count(value) + ("" if unit == "count" else f" {unit}")
+    if unit.startswith("tokens"):
+        return f"{number(value, 0)} {unit}"
     return f"{number(value)} {unit}"

@@ -72,7 +72,7 @@ def _html_block(block) -> str:
     if isinstance(block, Table):
         numeric = block.numeric or (False,) * len(block.headers)
         head = "".join(f'<th{" class=num" if n else ""}>{escape(h)}</th>' for h, n in zip(block.headers, numeric))
-        body = "".join("<tr>" + "".join(f'<td{" class=num" if n else ""}>{escape(c)}</td>'
+        body = "".join("<tr>" + "".join(f'<td{" class=num" if n else ""}>{escape(c).replace(chr(10), "<br>")}</td>'
                                         for c, n in zip(row, numeric)) + "</tr>" for row in block.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
     if isinstance(block, Chart):
@@ -102,7 +102,8 @@ def render_html(review: WeeklyReview, sections: list[Section] | None = None) -> 
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    # GitHub-flavoured tables hold one line per cell; <br> is the accepted line break inside one.
+    return text.replace("|", "\\|").replace("\n", "<br>")
 
 
 def _md_block(block) -> str:

@@ -122,15 +122,21 @@ def headline_section(r: WeeklyReview) -> Section:
 
 def explain(m: Mover, per: str = "") -> str:
     """``price $2.00 → $2.50 (+$10.00), volume 80 → 100 (+$25.00)``, biggest contribution first."""
+    parts = driver_lines(m, per)
+    return "; ".join(parts) if parts else "no driver moved"
+
+
+def driver_lines(m: Mover, per: str = "") -> list[str]:
+    """One line per driver that moved, biggest USD effect first (see :func:`explain`)."""
     parts = []
     for d in sorted(m.drivers, key=lambda d: -abs(d.contribution_usd)):
-        if abs(d.contribution_usd) < 0.005 and (d.this == d.last):
+        if d.contribution_usd == 0 and d.this == d.last:
             continue
         parts.append(f"{d.name} {fmt.measure(d.last, d.unit)} → {fmt.measure(d.this, d.unit)} "
                      f"({fmt.usd_delta(d.contribution_usd)}{'/' + per if per else ''})")
     if m.residual_usd:
         parts.append(f"not decomposable ({fmt.usd_delta(m.residual_usd)})")
-    return "; ".join(parts) if parts else "no driver moved"
+    return parts
 
 
 def _segment_table(rows: list[SegmentRow], dimension: str) -> Table:
@@ -172,7 +178,7 @@ def changes_section(r: WeeklyReview) -> Section:
             tuple((f"{DIMENSION_TITLES.get(m.dimension, m.dimension)}: {m.key or '(none)'}", fmt.usd(m.cost_usd.this),
                    fmt.usd_delta(m.cost_usd.delta), fmt.usd(m.cpst_usd.this), fmt.wow(m.cpst_usd.wow),
                    m.main_driver.name if m.main_driver and m.main_driver.contribution_usd else "—",
-                   explain(m)) for m in movers),
+                   "\n".join(driver_lines(m)) or "no driver moved") for m in movers),
             numeric=(False, True, True, True, True, False, False)))
     return s
 
@@ -256,7 +262,7 @@ def levers_section(r: WeeklyReview) -> Section:
         ("Move", "Lever", "Measured", "Est. saving / week", "How the saving is computed"),
         tuple((MOVE_TITLES.get(lv.move, lv.move), lv.name,
                f"{lv.measured_label}: {fmt.measure(lv.measured, lv.measured_unit)}"
-               + "".join(f"; {k}: {v}" for k, v in lv.detail),
+               + "".join(f"\n{k}: {v}" for k, v in lv.detail),
                fmt.usd(lv.saving_usd), lv.method) for lv in levers),
         numeric=(False, False, False, True, False)))
     return s

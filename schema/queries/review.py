@@ -116,5 +116,5 @@ def data_extent(store, start: datetime, end: datetime) -> tuple[datetime | None,
     _, found = queries.rows(store, "review_data_extent", start=_utc(start), end=_utc(end))
     if not found or found[0][0] is None or pd.isna(found[0][0]):
         return None, None
-    first, last = (pd.Timestamp(v).to_pydatetime() for v in found[0])
+    first, last = (pd.Timestamp(v).to_pydatetime(warn=False) for v in found[0])
     return _utc(first), _utc(last)

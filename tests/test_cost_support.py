@@ -12,6 +12,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+import pytest
+
+from schema import jobs
 from schema import semconv as sc
 from schema.fleet import parse_fleet, sync_fleet
 
@@ -153,3 +156,35 @@ def metrics_up(store, replica: str, minutes, *, waiting=0.0, running=1.0, kv=0.5
 def one(df):
     assert len(df) == 1, df
     return df.iloc[0]
+
+
+# --- a shared store per test module, emptied before each test (migrating costs seconds) ----------
+
+_DATA_TABLES = ("otel_traces", "otel_metrics_gauge", "otel_metrics_sum", "otel_metrics_histogram", "llm_calls",
+                "task_spans", "gateway_requests", "call_costs_history", "call_costs_live", "replica_minutes_history",
+                "replica_minutes_live", "tasks_history", "tasks_live", "cost_watermark", "job_clock", "gpu_prices",
+                "replicas", "task_slos")
+
+
+def reset(store) -> None:
+    """Empty every table the cost engine reads or writes (cost_settings keeps its rows: each test
+    syncs its own fleet, whose row is the newest)."""
+    for table in _DATA_TABLES:
+        store.command(f"TRUNCATE TABLE IF EXISTS {table}", tag="test.reset")
+
+
+@pytest.fixture(scope="module")
+def _module_store():
+    from tests.conftest import drop_store, new_store
+
+    store = new_store()
+    jobs.stop(store)  # explicit runs only: the periodic chain must not interleave
+    yield store
+    drop_store(store)
+
+
+@pytest.fixture
+def cstore(_module_store):
+    """A migrated store with the periodic chain stopped and every cost table empty."""
+    reset(_module_store)
+    return _module_store

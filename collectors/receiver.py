@@ -14,6 +14,8 @@ by the alerts area):
     :class:`~collectors.stats.ReceiverStats` (received, stored, rejected, spooled_bytes,
     queue_rows, newest_row_time_ns, store_available, ...); ``.flush()`` waits until everything
     accepted is stored. ``sink`` (default: ``store``) is what the writer inserts through.
+``Receiver.metrics_sink(rows)``
+    the sink to give :class:`collectors.scraper.Scraper`: scraped rows are spooled and batched too.
 ``create_app(receiver)``
     the Starlette application, for embedding.
 
@@ -32,6 +34,7 @@ Answers (OTLP specification, "OTLP/HTTP Response"), in the request's encoding (p
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import threading
 import time
@@ -54,7 +57,8 @@ from starlette.routing import Route
 from collectors import otlp_common as common
 from collectors.otlp_metrics import prepare_metrics
 from collectors.otlp_traces import prepare_traces
-from collectors.spool import KIND_METRICS, KIND_TRACES, Spool, SpoolFull
+from collectors.otlp_metrics import MetricRows
+from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Spool, SpoolFull
 from collectors.stats import ReceiverCollector, ReceiverStats
 from collectors.writer import BatchWriter
 
@@ -133,6 +137,19 @@ class Receiver:
     @property
     def url(self) -> str:
         return f"http://{self.config.host}:{self.port}"
+
+    def metrics_sink(self, rows: MetricRows) -> None:
+        """Sink for :class:`collectors.scraper.Scraper`: scraped rows go through the spool and the writer.
+
+        Raises SpoolFull when the spool is full (the scraper logs it; the next scrape carries the
+        cumulative counters again).
+        """
+        if not len(rows):
+            return
+        payload = json.dumps({"gauge": rows.gauge, "sum": rows.sum, "histogram": rows.histogram}).encode()
+        self.spool.append(KIND_METRIC_ROWS, payload, len(rows), rows.newest_ns)
+        self._stats.metric_points_received += len(rows)
+        self.writer.notify()
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until everything accepted is in the store; True if so within ``timeout_s``."""

@@ -8,7 +8,9 @@ Position: collectors -> schema. Interface:
     pure; parses with prometheus-client's parser (``text_string_to_metric_families``).
 ``Scraper(targets, sink, interval_s=5)``
     ``.start()`` / ``.stop()`` a named thread that scrapes every target each interval and hands the
-    rows to ``sink(rows: MetricRows)``; ``.scrape_once()`` does one round synchronously.
+    rows to ``sink(rows: MetricRows)`` (e.g. ``Receiver.metrics_sink``, durable through the spool;
+    a ``Store`` is accepted too and inserted into directly); ``.scrape_once()`` does one round
+    synchronously.
 
 Mapping (docs/telemetry.md "Metrics"; the same layout the contrib prometheus receiver + ClickHouse
 exporter produce):
@@ -178,6 +180,11 @@ class Scraper:
     def __init__(self, targets: list[ScrapeTarget], sink: Callable[[MetricRows], object], interval_s: float = 5.0,
                  timeout_s: float = 3.0):
         self.targets = list(targets)
+        if not callable(sink) and hasattr(sink, "insert"):  # a Store: insert directly
+            from collectors.ingest import insert_metric_rows
+
+            store = sink
+            sink = lambda rows: insert_metric_rows(store, rows, tag="scraper")  # noqa: E731
         self.sink = sink
         self.interval_s = interval_s
         self.timeout_s = timeout_s

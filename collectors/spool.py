@@ -31,8 +31,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("<IIBIQ")
-KIND_TRACES = 1
-KIND_METRICS = 2
+KIND_TRACES = 1  # payload: ExportTraceServiceRequest protobuf
+KIND_METRICS = 2  # payload: ExportMetricsServiceRequest protobuf
+KIND_METRIC_ROWS = 3  # payload: JSON {"gauge": [...], "sum": [...], "histogram": [...]} (scraped rows)
 _SEGMENT_SUFFIX = ".seg"
 
 

@@ -23,6 +23,7 @@ connection faults in front of a real store.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from collectors.ingest import insert_metric_rows, insert_trace_payloads
 from collectors.otlp_metrics import MetricRows, metric_rows
-from collectors.spool import KIND_METRICS, KIND_TRACES, Record, Spool
+from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Record, Spool
 from collectors.stats import ReceiverStats
 from schema.store import StoreQueryError, StoreUnavailable
 
@@ -126,10 +127,14 @@ class BatchWriter:
             else:
                 self._backoff = min(5.0, max(0.25, self._backoff * 2))
                 with self._wake:
-                    if not self._stopping:
-                        self._wake.wait(self._backoff)
-                    elif time.monotonic() > self._drain_deadline:
-                        return
+                    wait = self._backoff
+                    if self._stopping:
+                        wait = min(wait, self._drain_deadline - time.monotonic())
+                        if wait <= 0:
+                            log.warning("store still unavailable at shutdown; %d rows stay spooled for the next start",
+                                        self.spool.pending_rows)
+                            return
+                    self._wake.wait(wait)
 
     def _insert(self, batch: list[Record]) -> None:
         if batch[0].kind == KIND_TRACES:
@@ -139,6 +144,12 @@ class BatchWriter:
             for record in batch:
                 rows.extend(metric_rows(record.payload))
             insert_metric_rows(self.sink, rows, tag="writer.metrics")
+        elif batch[0].kind == KIND_METRIC_ROWS:
+            rows = MetricRows()
+            for record in batch:
+                doc = json.loads(record.payload)
+                rows.extend(MetricRows(gauge=doc["gauge"], sum=doc["sum"], histogram=doc["histogram"]))
+            insert_metric_rows(self.sink, rows, tag="writer.scraped")
         else:
             raise StoreQueryError(f"unknown spool record kind {batch[0].kind}", "writer")
 

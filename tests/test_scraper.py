@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from collectors.ingest import insert_metric_rows
+from collectors.receiver import Receiver, ReceiverConfig
 from collectors.scraper import Scraper, ScrapeTarget, parse_metrics_text
 from conftest import drop_store, new_store
 
@@ -83,7 +83,7 @@ def test_scrape_over_http_into_the_store(store):
     try:
         good = ScrapeTarget(f"http://127.0.0.1:{server.server_port}/metrics", "replica-a", "H100", 2, "llama")
         bad = ScrapeTarget(f"http://127.0.0.1:{server.server_port}/nope", "replica-b", "A100", 1)
-        scraper = Scraper([good, bad], sink=lambda rows: insert_metric_rows(store, rows))
+        scraper = Scraper([good, bad], sink=store)  # a Store as sink: direct inserts
         scraper.scrape_once()
         scraper.stop()
     finally:
@@ -99,3 +99,18 @@ def test_scrape_over_http_into_the_store(store):
     hist = store.query("SELECT ServiceName, MetricName, Count, Sum, BucketCounts, ExplicitBounds, ResourceAttributes "
                        "FROM otel_metrics_histogram", tag="test").result_rows
     assert hist == [("vllm", "vllm:time_to_first_token_seconds", 6, 1.75, [2, 3, 1], [0.1, 0.5], RESOURCE)]
+
+
+def test_scraped_rows_through_the_receiver_spool(store, tmp_path):
+    for table in ("otel_metrics_gauge", "otel_metrics_sum", "otel_metrics_histogram"):
+        store.command(f"TRUNCATE TABLE {table}", tag="test.truncate")
+    r = Receiver(ReceiverConfig(port=0, spool_dir=tmp_path / "spool", batch_max_seconds=0.05), store).start()
+    try:
+        r.metrics_sink(parse_metrics_text(VLLM_TEXT, TARGET, NOW))
+        assert r.flush(10)
+        assert r.stats.metric_points_stored == 5
+    finally:
+        r.stop()
+    counts = store.query("SELECT (SELECT count() FROM otel_metrics_gauge), (SELECT count() FROM otel_metrics_sum), "
+                         "(SELECT groupArray(BucketCounts) FROM otel_metrics_histogram)", tag="test").result_rows
+    assert counts == [(1, 3, [[2, 3, 1]])]

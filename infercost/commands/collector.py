@@ -47,18 +47,15 @@ def parse_scrape(spec: str):
 def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0):
     """Start the receiver and (if targets) the scraper on ``store``; returns (receiver, scraper or None).
 
-    Scraped rows are inserted directly; a failed insert is logged and the next scrape carries the
-    cumulative counters again, so nothing but gauge samples of the outage is missed.
+    Scraped rows go through the receiver's spool and batching writer (``Receiver.metrics_sink``).
     """
-    from collectors.ingest import insert_metric_rows
     from collectors.receiver import Receiver
     from collectors.scraper import Scraper
 
     receiver = Receiver(config, store).start()
     scraper = None
     if targets:
-        scraper = Scraper(list(targets), sink=lambda rows: insert_metric_rows(store, rows, tag="scraper"),
-                          interval_s=scrape_interval_s).start()
+        scraper = Scraper(list(targets), sink=receiver.metrics_sink, interval_s=scrape_interval_s).start()
     return receiver, scraper
 
 

@@ -1,0 +1,19 @@
+"""collectors: telemetry in, rows out. Position: serving -> **collectors** -> schema -> app/alerts.
+
+Modules (each documents its interface):
+
+* ``receiver``  — OTLP/HTTP receiver (``POST /v1/traces``, ``/v1/metrics``, ``GET /health``,
+  ``/metrics``): ``ReceiverConfig``, ``Receiver(config, store)``, ``create_app``.
+* ``ingest``    — synchronous in-process ingest (``ingest_traces``, ``ingest_metrics``) and the
+  insert functions the writer uses.
+* ``scraper``   — vLLM ``/metrics`` scraper: ``ScrapeTarget``, ``Scraper``, ``parse_metrics_text``.
+* ``otlp_traces`` / ``otlp_metrics`` / ``otlp_common`` / ``lenient`` — decoding and validation.
+* ``spool`` / ``writer`` — fsync'ed write-ahead spool and the batching writer.
+* ``stats``     — ``ReceiverStats`` and its one mapping to Prometheus metrics.
+* ``otlp_clickhouse.proto`` — the schema ClickHouse decodes OTLP trace requests with
+  (``schema/migrations/0030_create_otlp_traces_ingest.sql``).
+
+Data path of a span: HTTP body -> decompress (capped) -> decode + validate (invalid spans named in
+``partial_success``) -> spool (fsync) -> 200 -> writer batch -> one INSERT of protobuf bytes into
+the Null table ``otlp_traces_in`` -> materialized view -> ``otel_traces`` (-> ``llm_calls`` ...).
+"""

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from collectors.ingest import insert_metric_rows, insert_trace_payloads
 from collectors.otlp_metrics import MetricRows, metric_rows
 from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Record, Spool
@@ -36,6 +38,9 @@ from collectors.stats import ReceiverStats
 from schema.store import StoreQueryError, StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+# Errors that mean "this data cannot be stored", as opposed to "the store cannot be reached".
+_POISON = (StoreQueryError, ValueError, DecodeError)
 
 
 class BatchWriter:
@@ -116,7 +121,12 @@ class BatchWriter:
                 log.warning("writer stopping with %d rows still spooled (kept for the next start)",
                             self.spool.pending_rows)
                 return
-            batch = self.spool.read(self.batch_cap_rows)
+            try:
+                batch = self.spool.read(self.batch_cap_rows)
+            except OSError:
+                log.exception("cannot read the spool; retrying")
+                time.sleep(1.0)
+                continue
             if not batch:
                 time.sleep(0.01)
                 continue
@@ -165,7 +175,13 @@ class BatchWriter:
             self.stats.store_available = False
             self.stats.last_error = str(exc)
             return False
-        except StoreQueryError as exc:
+        except Exception as exc:  # noqa: BLE001 - anything else: keep the data, keep the thread, retry later
+            if not isinstance(exc, _POISON):
+                log.exception("unexpected error inserting a batch; it stays spooled and is retried")
+                self.stats.store_available = False
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                return False
+            # the store refused the data itself, or a payload no longer decodes: isolate the culprit
             log.error("store refused a batch of %d records (%s); retrying one by one", len(batch), exc)
             for record in batch:
                 try:
@@ -174,7 +190,7 @@ class BatchWriter:
                     self.stats.store_available = False
                     self.stats.last_error = str(exc2)
                     return False  # partly inserted: at-least-once, the rest is retried later
-                except StoreQueryError as exc2:
+                except _POISON as exc2:
                     self._quarantine(record, str(exc2))
         else:
             if not self.stats.store_available:

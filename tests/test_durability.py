@@ -24,7 +24,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from collectors.receiver import Receiver, ReceiverConfig
 from collectors.spool import HEADER, KIND_TRACES, Spool, SpoolFull
 from conftest import ROOT, drop_store, new_store
-from schema.store import StoreUnavailable
+from schema.store import StoreQueryError, StoreUnavailable
 
 T0 = 1_764_400_000_000_000_000
 PB = {"content-type": "application/x-protobuf"}
@@ -223,3 +223,32 @@ def test_backpressure_429_when_queue_full_503_when_spool_full(store, tmp_path):
         assert store.scalar("SELECT count() FROM otel_traces", tag="test") == accepted
     finally:
         r.stop()
+
+
+class RefusingConnection(FaultyConnection):
+    """The real store, except that it refuses (StoreQueryError) any insert holding span id 0x..2a."""
+
+    def raw_insert(self, table, data, fmt, **kwargs):
+        if (42).to_bytes(8, "big") in data:
+            raise StoreQueryError("injected: Cannot parse input", "test")
+        return self.store.raw_insert(table, data, fmt, **kwargs)
+
+
+def test_data_the_store_refuses_is_quarantined_not_dropped(store, tmp_path):
+    conn = RefusingConnection(store)
+    r = Receiver(ReceiverConfig(port=0, spool_dir=tmp_path / "spool", batch_max_seconds=3600), store, sink=conn).start()
+    try:
+        with httpx.Client(timeout=30) as client:
+            for k in range(3):  # span ids 1..10, 11..20 (holds no 42), 41..50 (holds 42)
+                first = (0, 10, 40)[k]
+                assert client.post(f"{r.url}/v1/traces", content=_request(first, 10), headers=PB).status_code == 200
+        assert r.flush(20)
+        stats = r.stats
+        assert (stats.stored, stats.quarantined_rows, stats.queue_rows) == (20, 10, 0)
+    finally:
+        r.stop()
+    assert store.scalar("SELECT count() FROM otel_traces", tag="test") == 20
+    (bin_file,) = (tmp_path / "spool" / "quarantine").glob("*.bin")
+    assert ExportTraceServiceRequest.FromString(bin_file.read_bytes()).resource_spans[0].scope_spans[0].spans[1].span_id \
+        == (42).to_bytes(8, "big")
+    assert "injected: Cannot parse input" in bin_file.with_suffix(".txt").read_text()

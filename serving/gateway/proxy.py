@@ -373,10 +373,12 @@ class Gateway:
                                 usage.feed(json.loads(data))
                             except ValueError:
                                 pass
+                if ttft is None and usage.content_chunks:
+                    # TTFT = the first chunk carrying a token (a role-only first chunk is not one).
+                    ttft = time.monotonic() - received_at
                 if not committed:
                     await send({"type": "http.response.start", "status": resp.status, "headers": _SSE_HEADERS})
                     committed = True
-                    ttft = time.monotonic() - received_at
                 await send({"type": "http.response.body", "body": out, "more_body": True})
                 if disconnect.done():
                     self._finish_error(span, aspan, usage, ttft, "client_disconnect")

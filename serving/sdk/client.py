@@ -126,9 +126,11 @@ class _Attempt:
         return dict(inject_headers({}, ctx))
 
     def on_chunk(self, chunk: Any) -> None:
-        if self.first_chunk_s is None:
-            self.first_chunk_s = time.monotonic() - self.started
         self.usage.feed(chunk)
+        # Time to the first chunk that carries output (a token), not to a role-only first chunk:
+        # that is the TTFT the user feels (and what vLLM's first chunk means).
+        if self.first_chunk_s is None and self.usage.content_chunks:
+            self.first_chunk_s = time.monotonic() - self.started
 
     def on_response(self, response: Any) -> None:
         """A non-streaming ChatCompletion."""

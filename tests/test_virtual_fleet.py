@@ -201,6 +201,11 @@ def test_kv_cut_and_error_rate_faults_from_a_timeline():
     assert pre > 0 and summ.preemptions == pre
     errs = [a for _, _, a in by_name(sink)["gateway.attempt"] if a.get("error.type") == "http.503"]
     assert errs and summ.gateway_retries > 0
+    only = MemorySink()
+    eng = simulate(plans[:20], [ReplicaSpec("r0")], sink=only, spans="engine", seed=1, start_time_ns=T0)
+    got = list(only.spans())
+    assert len(got) == eng.engine_spans == 20 and {s.name for _, s in got} == {"llm_request"}
+    assert all(len(s.span_id) == 8 and len(s.trace_id) == 16 and not s.parent_span_id for _, s in got)
     with pytest.raises(ValueError, match="entry 0"):
         parse_timeline([{"at_s": 1, "kind": "melt"}])
     with pytest.raises(ValueError, match="unknown replica"):

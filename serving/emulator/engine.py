@@ -113,7 +113,7 @@ class Engine:
     mode = "continuous"
 
     def __init__(self, profile: Profile, *, prefix_caching: bool = True, seed: int | None = 0,
-                 start_time: float = 0.0, kv_blocks: int | None = None):
+                 start_time: float = 0.0, kv_blocks: int | None = None, detailed_stats: bool = True):
         self.profile = profile
         self.block = profile.block_size
         self.capacity = kv_blocks if kv_blocks is not None else profile.kv_capacity_blocks
@@ -121,10 +121,12 @@ class Engine:
         self.max_batched = profile.max_num_batched_tokens
         self.rng = random.Random(seed)
         self.slowdown = 1.0
-        self.kv_cut = 0.0
+        self._kv_cut = 0.0
+        self.cap_eff = self.capacity
         self.now = start_time
         self.cache = PrefixCache(prefix_caching)
-        self.stats = EngineStats(start_time=start_time, max_model_len=profile.max_model_len)
+        self.detailed_stats = detailed_stats
+        self.stats = EngineStats(start_time=start_time, max_model_len=profile.max_model_len, detailed=detailed_stats)
         self._reset_state()
 
     def _reset_state(self):
@@ -137,6 +139,7 @@ class Engine:
         self.sum_a = 0  # sum of (ctx - S) over the decode set
         self.sum_q = 0
         self.res = [0] * self.block
+        self.dec_now = 0  # blocks of the decode set at step S (kept equal to dec_blocks(S))
         self.dec_shared = 0  # shared (prefix-cache) blocks referenced by decoding requests
         self.own_prefill = 0  # own blocks of requests in PREFILL
         self.heap: list = []
@@ -146,10 +149,17 @@ class Engine:
 
     # ------------------------------------------------------------------ queries
     @property
-    def cap_eff(self) -> int:
-        return max(0, int(self.capacity * (1.0 - self.kv_cut)))
+    def kv_cut(self) -> float:
+        """Fraction of KV blocks taken away by a fault (0 = healthy)."""
+        return self._kv_cut
+
+    @kv_cut.setter
+    def kv_cut(self, value: float) -> None:
+        self._kv_cut = float(value)
+        self.cap_eff = max(0, int(self.capacity * (1.0 - self._kv_cut)))
 
     def dec_blocks(self, S: int) -> int:
+        """Blocks held by the decode set after ``S`` decode steps: sum of ceil(ctx_i / block)."""
         b = self.block
         res = self.res
         total = self.sum_q
@@ -160,7 +170,7 @@ class Engine:
         return total
 
     def used_blocks(self) -> int:
-        return self.own_prefill + self.dec_blocks(self.S) - self.dec_shared + self.cache.ref_blocks
+        return self.own_prefill + self.dec_now - self.dec_shared + self.cache.ref_blocks
 
     def kv_usage(self) -> float:
         """``vllm:kv_cache_usage_perc``: used blocks / blocks, 0..1."""
@@ -248,7 +258,8 @@ class Engine:
         """A fresh engine process: empty cache, counters reset (Prometheus sees a counter reset)."""
         self._reset_state()
         self.now = now
-        self.stats = EngineStats(start_time=now, max_model_len=self.profile.max_model_len)
+        self.stats = EngineStats(start_time=now, max_model_len=self.profile.max_model_len,
+                                 detailed=self.detailed_stats)
 
     # ------------------------------------------------------------------ block bookkeeping
     def _release(self, req: EngineRequest) -> None:
@@ -257,6 +268,7 @@ class Engine:
             self.sum_a -= req.a
             self.sum_q -= req.q
             self.res[req.r] -= 1
+            self.dec_now -= req.q + (req.r + self.S) // self.block
             self.dec_shared -= req.shared_blocks
             req.ver += 1
             self.running.pop(req.request_id, None)
@@ -301,6 +313,7 @@ class Engine:
         self.sum_a += req.a
         self.sum_q += req.q
         self.res[req.r] += 1
+        self.dec_now += req.q + (req.r + self.S) // b
         self.dec_shared += req.shared_blocks
         self.own_prefill -= req.own_blocks
         req.own_blocks = 0
@@ -340,15 +353,23 @@ class Engine:
         """
         if self.pending is not None:
             return self.pending.end
-        if not self.running and not self.waiting:
-            return None
+        if not self.waiting and not self.prefilling:
+            if not self.n_dec:
+                return None
+            # fast path: a pure decode batch with room for its next blocks
+            used = self.used_blocks()
+            if used + self.res[-(self.S + 1) % self.block] <= self.cap_eff:
+                if self.cap_eff - used - self.cache.evictable_blocks < 0:
+                    self.cache.evict(used + self.cache.evictable_blocks - self.cap_eff)
+                return self._plan_decode_run(False, horizon, max_steps, used)
         prof = self.profile
         b = self.block
         preempted = False
         while True:
             budget = self.max_batched - self.n_dec
             chunks, need, budget = self._chunk_plan(budget)
-            need += self.dec_blocks(self.S + 1) - self.dec_blocks(self.S) if self.n_dec else 0
+            if self.n_dec:  # decoding requests whose next token opens a new block
+                need += self.res[-(self.S + 1) % b]
             if self.used_blocks() + need <= self.cap_eff or not self.running:
                 break
             victim = self.running[next(reversed(self.running))]
@@ -401,38 +422,50 @@ class Engine:
             return None
         # allocate this step's blocks now (eviction of cached blocks if needed)
         self._make_room()
+        if not chunks:
+            return self._plan_decode_run(preempted, horizon, max_steps, self.used_blocks())
         p = _Pending()
         p.start = self.now
         p.chunks = chunks
         p.n_dec = n = self.n_dec
-        noise = 1.0
+        f = self.slowdown
         if prof.noise_sigma > 0:
-            noise = math.exp(self.rng.gauss(0.0, prof.noise_sigma))
-        f = self.slowdown * noise
-        sum_ctx = self.sum_a + n * self.S
-        if chunks:
-            ptoks = sum(c for _, c in chunks)
-            kv = sum_ctx + sum(r.computed + c for r, c in chunks)
-            p.prefill_tokens = ptoks
-            p.t0 = f * prof.step_time(ptoks, n, kv)
-            p.growth = 0.0
-            p.k = 1
-            p.end = self.now + p.t0
-        else:
-            p.prefill_tokens = 0
-            p.t0 = f * prof.step_time(0, n, sum_ctx)
-            p.growth = f * prof.kv_read_per_token_s * n
-            k = 1 if preempted else (max_steps or 1 << 40)
+            f *= math.exp(self.rng.gauss(0.0, prof.noise_sigma))
+        ptoks = sum(c for _, c in chunks)
+        kv = self.sum_a + n * self.S + sum(r.computed + c for r, c in chunks)
+        p.prefill_tokens = ptoks
+        p.t0 = f * prof.step_time(ptoks, n, kv)
+        p.growth = 0.0
+        p.k = 1
+        p.end = self.now + p.t0
+        self.pending = p
+        return p.end
+
+    def _plan_decode_run(self, preempted: bool, horizon: float, max_steps: int | None, used: int) -> float:
+        """Plan k identical-composition decode steps: up to the next finish, the next possible block
+        shortage (each request opens at most one block per ``block`` steps), ``horizon``, ``max_steps``."""
+        prof = self.profile
+        n = self.n_dec
+        p = _Pending()
+        p.start = self.now
+        p.chunks = ()
+        p.n_dec = n
+        f = self.slowdown
+        if prof.noise_sigma > 0:
+            f *= math.exp(self.rng.gauss(0.0, prof.noise_sigma))
+        p.prefill_tokens = 0
+        p.t0 = t0 = f * prof.step_time(0, n, self.sum_a + n * self.S)
+        p.growth = growth = f * prof.kv_read_per_token_s * n
+        k = 1 if preempted else (max_steps or 1 << 40)
+        if k > 1:
             fs = self._next_finish_S()
             if fs is not None:
                 k = min(k, max(1, fs - self.S))
-            # blocks: each decoding request needs at most one new block per `b` steps
-            avail = self.cap_eff - self.used_blocks()
-            k = min(k, max(1, b * (avail // n) if n else k))
+            k = min(k, max(1, self.block * ((self.cap_eff - used) // n)))
             if horizon < math.inf and k > 1:
-                k = min(k, self._steps_to_reach(p.t0, p.growth, horizon - self.now))
-            p.k = k
-            p.end = self.now + self._run_time(p.t0, p.growth, k)
+                k = min(k, self._steps_to_reach(t0, growth, horizon - self.now))
+        p.k = k
+        p.end = self.now + (k * t0 + growth * k * (k - 1) / 2)
         self.pending = p
         return p.end
 
@@ -476,9 +509,12 @@ class Engine:
         finished = []
         if n:
             self.S += k
+            self.dec_now = self.dec_blocks(self.S) if k > 1 else self.dec_now + self.res[-self.S % self.block]
             st.generation_tokens += n * k
             st.itl.observe_series(p.t0, p.growth, k, n)
-        if p.chunks:
+        if not st.detailed:
+            pass
+        elif p.chunks:
             st.iteration_tokens.observe(p.prefill_tokens + n)
         elif n:
             st.iteration_tokens.observe(n, k)
@@ -554,6 +590,8 @@ class Engine:
         st.request_success[req.finish_reason] += 1
         st.e2e.observe(now - req.arrival)
         st.queue.observe(req.scheduled - req.queued)
+        if not st.detailed:
+            return
         st.inference.observe(now - req.scheduled)
         st.prefill.observe(req.first_token - req.scheduled)
         st.decode.observe(now - req.first_token)

@@ -33,17 +33,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.faults import FaultEvent, error_rates
 from serving.emulator.kvcache import segments_from_hash_ids
 from serving.emulator.otlp import (SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, STATUS_ERROR, STATUS_OK,
                                    STATUS_UNSET,
-                                   SpanBatcher, metric_points)
+                                   ReplicaMetrics, SpanBatcher)
 from serving.emulator.profiles import get_profile
 from serving.emulator.sim_spans import (CLIENT_SERVICE, GATEWAY_ATTEMPT_SPAN_NAME, GATEWAY_SERVICE,
                                         GATEWAY_SPAN_NAME, client_attrs, gateway_attempt_attrs, gateway_attrs,
-                                        task_root_attrs)
+                                        task_context, task_root_attrs)
 from serving.emulator.spans import engine_span_attributes, replica_resource
 from serving.emulator.static import StaticEngine
 from serving.plans import RetryPolicy, TaskPlan
@@ -96,12 +98,12 @@ class SimSummary:
 
 class _Rep:
     __slots__ = ("spec", "idx", "profile", "engine", "ver", "down", "unhealthy_until", "outstanding", "errors",
-                 "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests")
+                 "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests", "metrics")
 
 
 class _Task:
     __slots__ = ("plan", "trace_id", "root_id", "start", "step_i", "pending", "step_failed", "failed_steps",
-                 "done", "inflight", "last_error")
+                 "done", "inflight", "last_error", "ctx")
 
 
 class _Attempt:
@@ -114,7 +116,7 @@ class FleetSimulator:
 
     def __init__(self, fleet, *, start_time_ns: int, policy: str, retry_policy: RetryPolicy, faults, sink, seed: int,
                  metrics_interval_s: float, gateway_retries: int, spans: str, span_batch: int, full_metrics: bool,
-                 noise_sigma: float):
+                 noise_sigma: float, step_batching: bool = True):
         if policy not in POLICIES:
             raise ValueError(f"unknown routing policy {policy!r}; known: {', '.join(POLICIES)}")
         if spans not in ("all", "engine", "none"):
@@ -137,6 +139,7 @@ class FleetSimulator:
         self.gw_budget = gateway_retries
         self.span_mode = spans
         self.full_metrics = full_metrics
+        self.max_steps = None if step_batching else 1  # 1: one event per engine step (benchmark baseline)
         self.sink = sink
         self.batcher = SpanBatcher(sink if spans != "none" else None, batch=span_batch)
         self.client_res = self.batcher.resource({"service.name": CLIENT_SERVICE})
@@ -152,7 +155,7 @@ class FleetSimulator:
             r = _Rep()
             r.spec, r.idx, r.profile = spec, i, prof
             cls = StaticEngine if spec.static else Engine
-            kw = {} if spec.static else {"prefix_caching": spec.prefix_caching}
+            kw = {} if spec.static else {"prefix_caching": spec.prefix_caching, "detailed_stats": full_metrics}
             r.engine = cls(prof, seed=seed * 1000 + i, start_time=0.0, **kw)
             r.ver = 0
             r.down = False
@@ -162,6 +165,7 @@ class FleetSimulator:
             r.res_attrs = replica_resource(spec.id, spec.gpu_type or prof.gpu_type, spec.gpu_count or prof.gpu_count,
                                            prof.model)
             r.res_key = self.batcher.resource(r.res_attrs)
+            r.metrics = ReplicaMetrics(r.res_attrs, prof.model, full=full_metrics)
             r.start_s = 0.0
             r.inflight = {}
             r.preempt_base = 0
@@ -175,6 +179,7 @@ class FleetSimulator:
                 self.push(ev.until_s, self.on_fault_end, ev)
         self.active_tasks = 0
         self.arrivals_left = False
+        self.all_healthy_until = -1.0  # no replica is ejected after this time
         self.progress = None
 
     # ------------------------------------------------------------------ helpers
@@ -186,11 +191,13 @@ class FleetSimulator:
         return self.start_ns + int(t * 1e9)
 
     def new_id(self) -> bytes:
+        if self.span_mode != "all":
+            return b""  # no client/gateway spans: ids are never used
         return self.rng.getrandbits(64).to_bytes(8, "big")
 
-    def span(self, res_key, trace_id, span_id, parent, name, kind, start, end, attrs, status=0, msg=""):
+    def span(self, res_key, trace_id, span_id, parent, name, kind, start, end, attrs, status=0, msg="", pre=b""):
         self.batcher.add(res_key, pbenc.span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
-                                             attrs, status, msg))
+                                             attrs, status, msg, pre))
         self.summary.spans += 1
 
     # ------------------------------------------------------------------ run
@@ -253,6 +260,7 @@ class FleetSimulator:
         task.done = False
         task.inflight = set()
         task.last_error = None
+        task.ctx = pbenc.attributes(task_context(plan)) if self.span_mode == "all" else b""
         self.active_tasks += 1
         if self.rp.abandon_after_s is not None:
             self.push(t + self.rp.abandon_after_s, self.on_abandon, task)
@@ -288,7 +296,7 @@ class FleetSimulator:
             self.span(self.client_res, task.trace_id, task.root_id, None, f"task {task.plan.task_type}",
                       SPAN_KIND_INTERNAL, task.start, t,
                       task_root_attrs(task.plan, outcome, error_type if outcome != "success" else None),
-                      STATUS_ERROR if failed else STATUS_UNSET, (error_type or "") if failed else "")
+                      STATUS_ERROR if failed else STATUS_UNSET, (error_type or "") if failed else "", task.ctx)
         if self.progress is not None:
             self.progress.update(1)
 
@@ -323,7 +331,10 @@ class FleetSimulator:
 
     def route(self, t, a) -> _Rep:
         reps = self.reps
-        cands = [r for r in reps if r not in a.tried and r.unhealthy_until <= t]
+        if not a.tried and self.all_healthy_until <= t:
+            cands = reps  # the common case: nothing tried yet, nobody ejected
+        else:
+            cands = [r for r in reps if r not in a.tried and r.unhealthy_until <= t]
         if not cands:
             cands = [r for r in reps if r not in a.tried] or reps
         if self.policy == "round_robin":
@@ -354,6 +365,7 @@ class FleetSimulator:
         rep.outstanding += 1
         if rep.down:
             rep.unhealthy_until = t + EJECT_S
+            self.all_healthy_until = max(self.all_healthy_until, rep.unhealthy_until)
             self.gateway_fail(t + GATEWAY_REPLICA_S, a, "connection_error", None)
             return
         for status, p in rep.errors.items():
@@ -381,7 +393,7 @@ class FleetSimulator:
             self.span(self.gateway_res, task.trace_id, a.gw_att_id, a.gw_id, GATEWAY_ATTEMPT_SPAN_NAME,
                       SPAN_KIND_CLIENT, a.gw_att_start, t,
                       gateway_attempt_attrs(task.plan, self.policy, a.gw_no, rep.spec.id, status, 0, error_type),
-                      STATUS_ERROR, error_type)
+                      STATUS_ERROR, error_type, task.ctx)
         a.tried.append(rep)
         retryable = status is None or status in GATEWAY_RETRY_STATUS
         if retryable and a.gw_retries < self.gw_budget and not a.done:
@@ -416,7 +428,7 @@ class FleetSimulator:
         rep.ver += 1
         if rep.down:
             return
-        end = rep.engine.plan()
+        end = rep.engine.plan(max_steps=self.max_steps)
         if end is not None:
             self.push(end, self.on_replica_step, (rep, rep.ver))
 
@@ -443,7 +455,8 @@ class FleetSimulator:
             trace_id, parent = self.rng.getrandbits(128).to_bytes(16, "big"), None
         else:
             trace_id, parent = a.task.trace_id, a.gw_att_id
-        self.span(rep.res_key, trace_id, self.new_id(), parent, "llm_request", SPAN_KIND_SERVER, req.arrival,
+        span_id = self.rng.getrandbits(64).to_bytes(8, "big")
+        self.span(rep.res_key, trace_id, span_id, parent, "llm_request", SPAN_KIND_SERVER, req.arrival,
                   req.finished, engine_span_attributes(req, req.request_id))
 
     def on_complete(self, t, a):
@@ -471,20 +484,20 @@ class FleetSimulator:
             self.span(self.gateway_res, task.trace_id, a.gw_att_id, a.gw_id, GATEWAY_ATTEMPT_SPAN_NAME,
                       SPAN_KIND_CLIENT, a.gw_att_start, gend,
                       gateway_attempt_attrs(plan, self.policy, a.gw_no, a.rep.spec.id, status, tokens, gw_error),
-                      STATUS_OK if ok else STATUS_ERROR, gw_error or "")
+                      STATUS_OK if ok else STATUS_ERROR, gw_error or "", task.ctx)
         gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
                   a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
                   gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
                                 gw_ttft, gw_error),
-                  STATUS_UNSET if ok else STATUS_ERROR, gw_error or "")
+                  STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
         out_tokens = tokens if ok else None
         self.span(self.client_res, task.trace_id, a.client_id, task.root_id, f"chat {plan.model}", SPAN_KIND_CLIENT,
                   a.t0, t,
                   client_attrs(plan, a.step, a.n, input_tokens=req.prompt_tokens if (ok and req) else None,
                                output_tokens=out_tokens, finish_reason=finish, ttfc=ttft, tokens_received=tokens,
                                error_type=error_type),
-                  STATUS_UNSET if ok else STATUS_ERROR, error_type or "")
+                  STATUS_UNSET if ok else STATUS_ERROR, error_type or "", task.ctx)
 
     def _abort_engine(self, t, a):
         """Abort the attempt's engine request (client went away); returns tokens generated so far.
@@ -616,16 +629,18 @@ class FleetSimulator:
 
     # ------------------------------------------------------------------ metrics
     def on_tick(self, t, _):
+        parts = []
+        now_ns = self.ns(t)
         for rep in self.reps:
             if rep.down:
                 continue  # a dead replica is not scraped
             self.interrupt(rep, t)
             self.reschedule(rep)
             if self.sink is not None:
-                req, n = metric_points(rep.res_attrs, rep.engine, self.ns(t), self.ns(rep.start_s),
-                                       rep.profile.model, full=self.full_metrics)
-                self.sink(req)
-                self.summary.metric_points += n
+                parts.append(rep.metrics.snapshot(rep.engine, now_ns, self.ns(rep.start_s)))
+                self.summary.metric_points += rep.metrics.n_points
+        if parts:
+            self.sink(ExportMetricsServiceRequest.FromString(b"".join(parts)))
         if self.active_tasks > 0 or self.arrivals_left:
             self.push(t + self.interval, self.on_tick, None)
 
@@ -634,7 +649,7 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
              policy: str = "round_robin", retry_policy: RetryPolicy | None = None, faults=(), sink=None,
              progress: bool = False, seed: int = 0, metrics_interval_s: float = 10.0, gateway_retries: int = 1,
              spans: str = "all", span_batch: int = 5000, full_metrics: bool = False, noise_sigma: float = 0.0,
-             until_s: float | None = None, total: int | None = None) -> SimSummary:
+             until_s: float | None = None, total: int | None = None, step_batching: bool = True) -> SimSummary:
     """Simulate ``plans`` (``serving.plans.TaskPlan``, ``arrival_s`` seconds from the start) on ``fleet``.
 
     ``plans``: a list (sorted here) or any iterable already sorted by ``arrival_s`` (read lazily, so
@@ -650,6 +665,8 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
       None = count only. ``spans``: ``all`` | ``engine`` (only ``llm_request``, as vLLM alone) | ``none``.
     - ``metrics_interval_s``: period of metric points per replica (simulated seconds).
     - ``until_s``: stop there even if work remains.
+    - ``step_batching``: jump runs of identical decode steps at once (False = one event per engine
+      step; same results up to float rounding, much slower: the benchmark's baseline).
     Returns a ``SimSummary``. Raises ValueError for an unknown policy/profile/replica or bad fault.
     """
     if start_time_ns is None:
@@ -657,5 +674,5 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
     sim = FleetSimulator(fleet, start_time_ns=start_time_ns, policy=policy, retry_policy=retry_policy or RetryPolicy(),
                          faults=list(faults), sink=sink, seed=seed, metrics_interval_s=metrics_interval_s,
                          gateway_retries=gateway_retries, spans=spans, span_batch=span_batch,
-                         full_metrics=full_metrics, noise_sigma=noise_sigma)
+                         full_metrics=full_metrics, noise_sigma=noise_sigma, step_batching=step_batching)
     return sim.run(plans, progress, until_s, total)

@@ -105,54 +105,80 @@ class SpanBatcher:
             self.sink(ExportTraceServiceRequest.FromString(body))
 
 
-def metric_points(resource_attrs: dict, engine, now_ns: int, start_ns: int, model: str, engine_index: str = "0",
-                  full: bool = False) -> tuple[ExportMetricsServiceRequest, int]:
-    """One replica's metric points at ``now_ns`` (gauges, counters, histograms). Returns (request, n_points).
+class ReplicaMetrics:
+    """One replica's metric points (gauges, counters, histograms), built once and updated per tick.
 
-    ``start_ns``: start of the cumulative series (the engine's start or last restart).
-    ``full``: all vLLM histograms, not only the four of the simulator contract.
+    ``snapshot(engine, now_ns, start_ns)`` returns the serialized ``ExportMetricsServiceRequest``
+    bytes of the points at ``now_ns``; ``start_ns`` starts the cumulative series (the engine's start
+    or last restart). ``full``: all vLLM histograms, not only the four of the simulator contract.
+    Concatenated snapshots of several replicas parse as one request (repeated-field merge).
     """
-    st = engine.stats
-    labels = kvs({"model_name": model, "engine": engine_index})
-    req = ExportMetricsServiceRequest()
-    rm = req.resource_metrics.add()
-    rm.resource.attributes.extend(kvs(resource_attrs))
-    sm = rm.scope_metrics.add()
-    sm.scope.name = "vllm"
-    n = 0
-    for name, value in zip(GAUGES, (engine.num_running, engine.num_waiting, engine.kv_usage())):
-        m = sm.metrics.add(name=name)
-        p = m.gauge.data_points.add(time_unix_nano=now_ns, as_double=float(value))
-        p.attributes.extend(labels)
-        n += 1
-    for name, attr, _help in COUNTERS:
-        m = sm.metrics.add(name=name)
+
+    def __init__(self, resource_attrs: dict, model: str, engine_index: str = "0", full: bool = False):
+        labels = kvs({"model_name": model, "engine": engine_index})
+        self.req = req = ExportMetricsServiceRequest()
+        rm = req.resource_metrics.add()
+        rm.resource.attributes.extend(kvs(resource_attrs))
+        sm = rm.scope_metrics.add()
+        sm.scope.name = "vllm"
+        self.gauges, self.sums, self.hists, self.stamped = [], [], [], []
+        for name in GAUGES:
+            pt = sm.metrics.add(name=name).gauge.data_points.add()
+            pt.attributes.extend(labels)
+            self.gauges.append(pt)
+        for name, attr, _help in COUNTERS:
+            m = sm.metrics.add(name=name)
+            m.sum.is_monotonic = True
+            m.sum.aggregation_temporality = CUMULATIVE
+            pt = m.sum.data_points.add()
+            pt.attributes.extend(labels)
+            self.sums.append((pt, attr, None))
+        m = sm.metrics.add(name="vllm:request_success")
         m.sum.is_monotonic = True
         m.sum.aggregation_temporality = CUMULATIVE
-        p = m.sum.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns,
-                                  as_double=float(getattr(st, attr)))
-        p.attributes.extend(labels)
-        n += 1
-    m = sm.metrics.add(name="vllm:request_success")
-    m.sum.is_monotonic = True
-    m.sum.aggregation_temporality = CUMULATIVE
-    for reason in FINISH_REASONS:
-        p = m.sum.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns,
-                                  as_double=float(st.request_success[reason]))
-        p.attributes.extend(labels)
-        p.attributes.add(key="finished_reason", value=AnyValue(string_value=reason))
-        n += 1
-    for name, attr in HISTOGRAMS:
-        if not full and name not in SIM_HISTOGRAMS:
-            continue
-        h = getattr(st, attr)
-        m = sm.metrics.add(name=name)
-        m.histogram.aggregation_temporality = CUMULATIVE
-        p = m.histogram.data_points.add(start_time_unix_nano=start_ns, time_unix_nano=now_ns, count=h.count,
-                                        sum=h.sum, bucket_counts=h.counts, explicit_bounds=h.bounds)
-        p.attributes.extend(labels)
-        n += 1
-    return req, n
+        for reason in FINISH_REASONS:
+            pt = m.sum.data_points.add()
+            pt.attributes.extend(labels)
+            pt.attributes.add(key="finished_reason", value=AnyValue(string_value=reason))
+            self.sums.append((pt, None, reason))
+        for name, attr in HISTOGRAMS:
+            if not full and name not in SIM_HISTOGRAMS:
+                continue
+            m = sm.metrics.add(name=name)
+            m.histogram.aggregation_temporality = CUMULATIVE
+            pt = m.histogram.data_points.add()
+            pt.attributes.extend(labels)
+            self.hists.append((pt, attr))
+        self.n_points = len(self.gauges) + len(self.sums) + len(self.hists)
+        self._bounds_set = False
+
+    def snapshot(self, engine, now_ns: int, start_ns: int) -> bytes:
+        st = engine.stats
+        for pt, value in zip(self.gauges, (engine.num_running, engine.num_waiting, engine.kv_usage())):
+            pt.time_unix_nano = now_ns
+            pt.as_double = float(value)
+        for pt, attr, reason in self.sums:
+            pt.start_time_unix_nano = start_ns
+            pt.time_unix_nano = now_ns
+            pt.as_double = float(getattr(st, attr) if attr else st.request_success[reason])
+        for pt, attr in self.hists:
+            h = getattr(st, attr)
+            pt.start_time_unix_nano = start_ns
+            pt.time_unix_nano = now_ns
+            pt.count = h.count
+            pt.sum = h.sum
+            pt.bucket_counts[:] = h.counts
+            if not self._bounds_set:
+                pt.explicit_bounds[:] = h.bounds
+        self._bounds_set = True
+        return self.req.SerializeToString()
+
+
+def metric_points(resource_attrs: dict, engine, now_ns: int, start_ns: int, model: str, engine_index: str = "0",
+                  full: bool = False) -> tuple[ExportMetricsServiceRequest, int]:
+    """One replica's metric points at ``now_ns`` as a request, and how many points it holds."""
+    rm = ReplicaMetrics(resource_attrs, model, engine_index, full)
+    return ExportMetricsServiceRequest.FromString(rm.snapshot(engine, now_ns, start_ns)), rm.n_points
 
 
 class MemorySink:

@@ -69,6 +69,28 @@ def attribute_const(k: str, v) -> bytes:
     return b
 
 
+_float_prefix: dict[str, bytes] = {}
+_int_key: dict[str, bytes] = {}
+
+
+def _attr_float(k: str, v: float) -> bytes:
+    pre = _float_prefix.get(k)
+    if pre is None:
+        kb = ld(0x0A, k.encode())
+        # KeyValue = key + value(AnyValue{double 4}) -> fixed 11-byte value part
+        pre = _float_prefix[k] = bytes((0x4A,)) + varint(len(kb) + 11) + kb + b"\x12\x09\x21"
+    return pre + _pack_d(v)
+
+
+def _attr_int(k: str, v: int) -> bytes:
+    kb = _int_key.get(k)
+    if kb is None:
+        kb = _int_key[k] = ld(0x0A, k.encode())
+    vi = varint(v)
+    body = kb + bytes((0x12, len(vi) + 1, 0x18)) + vi
+    return ld(0x4A, body)
+
+
 def attributes(d: dict) -> bytes:
     """Encode a dict of attributes: short strings and bools cached (low cardinality is the common
     case), numbers and long strings encoded fresh. None values are skipped."""
@@ -76,7 +98,19 @@ def attributes(d: dict) -> bytes:
     cache = _const_cache
     for k, v in d.items():
         t = type(v)
-        if t is str and len(v) < 64 or t is bool:
+        if t is float:
+            parts.append(_attr_float(k, v))
+        elif t is int:
+            if 0 <= v < 4096:  # attempts, retries, status codes, most token counts: cache them
+                b = cache.get((k, v, t))
+                if b is None:
+                    if len(cache) > 200_000:
+                        cache.clear()
+                    b = cache[(k, v, t)] = _attr_int(k, v)
+                parts.append(b)
+            else:
+                parts.append(_attr_int(k, v))
+        elif t is str and len(v) < 64 or t is bool:
             b = cache.get((k, v, t))
             if b is None:
                 if len(cache) > 200_000:

@@ -22,9 +22,12 @@ def task_context(task) -> dict:
             sc.TENANT_PRIORITY: task.priority}
 
 
+# The span builders below return only their span's own attributes; every span of a task also
+# carries ``task_context(task)``, which the simulator encodes once per task (pbenc ``pre=``).
+
+
 def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
-    a = task_context(task)
-    a[sc.TASK_OUTCOME] = outcome
+    a = {sc.TASK_OUTCOME: outcome}
     if task.slo_ttft_ms is not None:
         a[sc.SLO_TTFT_MS] = float(task.slo_ttft_ms)
     if task.slo_e2e_ms is not None:
@@ -36,8 +39,7 @@ def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
 
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
                  finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None) -> dict:
-    a = task_context(task)
-    a.update({
+    a = {
         sc.GEN_AI_OPERATION_NAME: "chat",
         sc.GEN_AI_PROVIDER_NAME: "vllm",
         sc.GEN_AI_REQUEST_MODEL: task.model,
@@ -46,7 +48,7 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
         sc.TASK_ATTEMPT: attempt,
         sc.CLIENT_TOKENS_RECEIVED: tokens_received,
         sc.CLIENT_PARTIAL: bool(error_type) and tokens_received > 0,
-    })
+    }
     if input_tokens is not None:
         a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
     if output_tokens is not None:
@@ -62,9 +64,8 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
 
 def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: int | None, tokens: int,
                   ttfc: float | None, error_type: str | None) -> dict:
-    a = task_context(task)
-    a.update({sc.GATEWAY_POLICY: policy, sc.GATEWAY_RETRIES: retries, sc.GATEWAY_ADMISSION: "admitted",
-              sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model})
+    a = {sc.GATEWAY_POLICY: policy, sc.GATEWAY_RETRIES: retries, sc.GATEWAY_ADMISSION: "admitted",
+         sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model}
     if replica:
         a[sc.GATEWAY_REPLICA] = replica
     if status is not None:
@@ -78,9 +79,8 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
 
 def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status: int | None, tokens: int,
                           error_type: str | None) -> dict:
-    a = task_context(task)
-    a.update({sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
-              sc.GATEWAY_TOKENS_STREAMED: tokens})
+    a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
+         sc.GATEWAY_TOKENS_STREAMED: tokens}
     if status is not None:
         a[sc.GATEWAY_UPSTREAM_STATUS] = status
     if error_type:

@@ -102,6 +102,7 @@ class EngineStats:
 
     start_time: float = 0.0
     max_model_len: int = 131072
+    detailed: bool = True  # False: only the histograms the virtual-time metric contract exports
     prompt_tokens: int = 0
     generation_tokens: int = 0
     num_preemptions: int = 0

@@ -222,6 +222,7 @@ def test_stream_passthrough_spans_and_traceparent_upstream(make_gateway, replica
     assert (s[sc.GATEWAY_ADMISSION], s[sc.GATEWAY_RETRIES], s[sc.GATEWAY_UPSTREAM_STATUS], s[sc.GATEWAY_TOKENS_STREAMED],
             s[sc.GATEWAY_POLICY], s[sc.TENANT_ID]) == ("admitted", 0, 200, 5, "round_robin", "acme")
     assert s[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] > 0
+    assert gateway.stats.overhead.n == 1  # one first attempt relayed its first event
     sent = stubs[0].requests[0][2]["traceparent"]
     assert sent[3:35] == f"{attempt.context.trace_id:032x}" and sent[36:52] == f"{attempt.context.span_id:016x}"
     assert "task.id=T1" in stubs[0].requests[0][2]["baggage"]

@@ -294,6 +294,8 @@ class Gateway:
         """Run one upstream attempt. Raises _AttemptFailed before the first byte reached the client;
         after that returns None (clean end) or an error.type (the stream broke)."""
         url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
+        # Gateway time before the upstream request leaves: body read, parsing, admission, routing, spans.
+        pre_s = time.monotonic() - received_at
         try:
             resp = await self.client.post(url, data=body, headers=up_headers)
         except asyncio.TimeoutError as exc:
@@ -316,7 +318,8 @@ class Gateway:
                     raise _AttemptFailed("stream_broken", status, True) from exc
                 clean = True
                 return await self._relay_whole(send, span, aspan, status, payload, received_at)
-            outcome = await self._relay_stream(send, span, aspan, resp, received_at, receive, replica.replica_id)
+            outcome = await self._relay_stream(send, span, aspan, resp, received_at, receive, replica.replica_id,
+                                               pre_s if aspan_attempt(aspan) == 1 else None)
             clean = outcome is None
             return outcome
         finally:
@@ -339,7 +342,8 @@ class Gateway:
         await _respond(send, status, payload)
         self._finish_ok(span, aspan, usage, status, ttft)
 
-    async def _relay_stream(self, send, span, aspan, resp, received_at, receive, replica_id) -> str | None:
+    async def _relay_stream(self, send, span, aspan, resp, received_at, receive, replica_id,
+                            pre_s: float | None = None) -> str | None:
         usage = StreamUsage()
         raw = resp.content.iter_any()
         buf = b""
@@ -351,6 +355,7 @@ class Gateway:
             while True:
                 try:
                     chunk = await raw.__anext__()
+                    got_at = time.monotonic()
                 except StopAsyncIteration:
                     break
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -380,6 +385,10 @@ class Gateway:
                     await send({"type": "http.response.start", "status": resp.status, "headers": _SSE_HEADERS})
                     committed = True
                 await send({"type": "http.response.body", "body": out, "more_body": True})
+                if pre_s is not None:
+                    # Added latency of the proxy: before the upstream send + first event's relay time.
+                    self.stats.overhead.observe(pre_s + time.monotonic() - got_at)
+                    pre_s = None
                 if disconnect.done():
                     self._finish_error(span, aspan, usage, ttft, "client_disconnect")
                     return "client_disconnect"
@@ -430,6 +439,11 @@ class Gateway:
         self._record_tokens(span, aspan, usage, ttft)
         span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 200)
         _end_error(aspan, error_type, None)
+
+
+def aspan_attempt(aspan) -> int:
+    attrs = getattr(aspan, "attributes", None) or {}
+    return int(attrs.get(sc.GATEWAY_ATTEMPT, 1))
 
 
 def _end_error(aspan, error_type: str, status: int | None) -> None:

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 # Seconds. The GenAI semconv advice for gen_ai.server.time_to_first_token, extended to 60 s.
+# Seconds: the gateway's own added latency is expected well under a millisecond.
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0)
 
 
@@ -53,7 +55,9 @@ class GatewayStats:
     rejected | no_replica | client_disconnect. rejections: priority -> 429s from admission.
     attempts: (replica, result) -> upstream attempts; result = ok | error. retries: hidden retries
     performed. retries_denied: retries the budget refused. tokens_streamed: output tokens relayed.
-    ttft: gateway-observed time to first chunk.
+    ttft: gateway-observed time to first chunk. overhead: the gateway's own added latency on a
+    first attempt (request received -> upstream request sent, plus first upstream event received ->
+    relayed to the client), seconds.
     """
 
     requests: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -63,6 +67,7 @@ class GatewayStats:
     retries_denied: int = 0
     tokens_streamed: int = 0
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    overhead: Histogram = field(default_factory=lambda: Histogram(OVERHEAD_BUCKETS))
 
 
 class GatewayCollector:
@@ -96,6 +101,11 @@ class GatewayCollector:
         h = HistogramMetricFamily("infercost_gateway_time_to_first_chunk_seconds",
                                   "Request received -> first upstream chunk relayed, seconds.")
         h.add_metric([], s.ttft.buckets(), s.ttft.total)
+        yield h
+        h = HistogramMetricFamily("infercost_gateway_overhead_seconds",
+                                  "Latency the gateway adds to a first attempt (before the upstream send + "
+                                  "relay of the first event), seconds.")
+        h.add_metric([], s.overhead.buckets(), s.overhead.total)
         yield h
         g = GaugeMetricFamily("infercost_gateway_inflight_requests", "Requests in flight to each replica.", labels=["replica"])
         for r in self.router.replicas:

@@ -19,6 +19,7 @@ another caller's sync returns without syncing again.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import struct
@@ -54,6 +55,10 @@ class Record:
 
 class SpoolFull(Exception):
     """Appending would take the spool past its byte limit."""
+
+
+class SpoolLocked(RuntimeError):
+    """Another process (or receiver) already uses this spool directory."""
 
 
 class Spool:
@@ -92,6 +97,14 @@ class Spool:
 
     def _open(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
+        # Two receivers appending to one spool would interleave records: refuse the second.
+        self._lock_file = open(self.directory / "lock", "a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock_file.close()
+            raise SpoolLocked(f"spool directory {self.directory} is in use by another receiver; "
+                              f"give each receiver its own spool_dir") from None
         cursor_seg, cursor_off = 0, 0
         cursor_file = self.directory / "cursor"
         if cursor_file.exists():
@@ -258,8 +271,10 @@ class Spool:
         os.replace(tmp, self.directory / "cursor")
 
     def close(self) -> None:
-        """Sync and close the current segment (idempotent)."""
+        """Sync and close the current segment, release the directory (idempotent)."""
         with self._lock:
             if self._file is not None and not self._file.closed:
                 os.fdatasync(self._file.fileno())
                 self._file.close()
+            if not self._lock_file.closed:
+                self._lock_file.close()  # releases the flock

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors.receiver import Receiver, ReceiverConfig
-from collectors.spool import HEADER, KIND_TRACES, Spool, SpoolFull
+from collectors.spool import HEADER, KIND_TRACES, Spool, SpoolFull, SpoolLocked
 from conftest import ROOT, drop_store, new_store
 from schema.store import StoreQueryError, StoreUnavailable
 
@@ -83,7 +83,10 @@ def test_spool_replays_after_reopen_and_cuts_a_torn_tail(tmp_path):
     assert [r.payload[:1] for r in spool.read(max_rows=100)] == [b"\2"]
     with pytest.raises(SpoolFull, match="limit 10000"):
         spool.append(KIND_TRACES, b"x" * 10_000, rows=1)
+    with pytest.raises(SpoolLocked, match="in use by another receiver"):
+        Spool(tmp_path, max_bytes=10_000)
     spool.close()
+    Spool(tmp_path, max_bytes=10_000).close()  # released on close
 
 
 # --- SIGKILL right after 200 -------------------------------------------------------------------------

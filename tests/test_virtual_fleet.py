@@ -235,3 +235,20 @@ def test_ingest_into_the_store(store):
     assert store.scalar("SELECT count() FROM otel_traces", tag="test.sim") == summ.spans
     gen = store.scalar("SELECT sum(output_tokens) FROM llm_calls WHERE call_source = 'engine'", tag="test.sim")
     assert gen == sum(p.steps[0].calls[0].output_tokens for p in plans)
+
+
+@pytest.mark.timeout(120)
+def test_sharded_cells_cover_every_task_once():
+    from serving.emulator.fleet_shards import shard_of, simulate_sharded
+
+    plans = chat_plans(120, rate=6.0, seed=21)
+    fleet = [ReplicaSpec(f"r{i}") for i in range(4)]
+    one = simulate(plans, fleet, seed=1, start_time_ns=T0)
+    two = simulate_sharded(lambda: plans, fleet, shards=2, start_time_ns=T0, seed=1)
+    assert two.tasks == one.tasks == {"success": 120, "failure": 0, "abandoned": 0}
+    assert two.generation_tokens == one.generation_tokens == sum(p.steps[0].calls[0].output_tokens for p in plans)
+    # cell 0 = replicas r0, r2 and the tasks hashing to 0
+    cell0 = sum(1 for p in plans if shard_of(p.task_id, 2) == 0)
+    assert two.per_replica["r0"]["requests"] + two.per_replica["r2"]["requests"] == cell0
+    with pytest.raises(ValueError, match="shards must be"):
+        simulate_sharded(lambda: plans, fleet[:1], shards=2)

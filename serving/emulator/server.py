@@ -25,38 +25,20 @@ import json
 import random
 import time
 import uuid
-import zlib
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from serving.emulator.engine import DECODE, FINISHED, Engine, EngineRequest
+from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
-from serving.emulator.kvcache import segments_from_hash_ids, segments_from_tokens, tokenize
+from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, error_body, error_response, output_tokens,
+                                         parse_prompt, sse_chunk, usage)
 from serving.emulator.profiles import Profile
 from serving.emulator.prom import exposition, make_registry
 from serving.emulator.spans import engine_span_attributes, replica_resource
 from serving.emulator.static import StaticEngine
-
-_WORDS = ("the", " model", " emulates", " a", " GPU", " replica", ",", " token", " by", " token", ".")
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "TooManyRequestsError",
-                500: "InternalServerError", 502: "BadGatewayError", 503: "ServiceUnavailableError",
-                504: "GatewayTimeoutError"}
-CRASH_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4  # Llama 3 chat template: header ids + eot per message
-
-
-def error_body(message: str, status: int, param=None) -> dict:
-    """vLLM's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "InternalServerError"),
-                      "param": param, "code": status}}
-
-
-def error_response(message: str, status: int, headers=None, param=None) -> JSONResponse:
-    return JSONResponse(error_body(message, status, param), status_code=status, headers=headers)
-
 
 class _Handle:
     """A request's bridge between the engine loop and its HTTP response."""
@@ -327,8 +309,8 @@ class ReplicaServer:
         request_id = ("chatcmpl-" if chat else "cmpl-") + base_id
         headers = {"x-request-id": base_id}
         try:
-            tokens, segments = self._prompt(body, chat)
-            out_tokens = self._output_tokens(body, request, tokens)
+            tokens, segments = parse_prompt(body, chat, self.profile.block_size)
+            out_tokens = output_tokens(body, request.headers.get("x-emulator-output-tokens"), tokens)
         except ValueError as exc:
             return error_response(str(exc), 400, headers=headers)
         if len(tokens) + (body.get("max_tokens") or 0) > self.profile.max_model_len:
@@ -368,91 +350,10 @@ class ReplicaServer:
             return StreamingResponse(gen, media_type="text/event-stream", headers=headers)
         return await self._unary(h, chat, model, headers, request)
 
-    def _prompt(self, body: dict, chat: bool):
-        if chat:
-            msgs = body.get("messages")
-            if not isinstance(msgs, list) or not msgs:
-                raise ValueError("'messages' must be a non-empty list")
-            tokens = []
-            for m in msgs:
-                if not isinstance(m, dict) or "role" not in m:
-                    raise ValueError("each message needs a 'role'")
-                content = m.get("content") or ""
-                if isinstance(content, list):  # content parts
-                    content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-                tokens += ["<|start_header_id|>", m["role"], "<|end_header_id|>"] + tokenize(str(content)) + ["<|eot_id|>"]
-        else:
-            prompt = body.get("prompt")
-            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-                tokens = [str(t) for t in prompt]
-            elif isinstance(prompt, str) and prompt:
-                tokens = tokenize(prompt)
-            elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-                tokens = tokenize(prompt[0])
-            else:
-                raise ValueError("'prompt' must be a non-empty string or a list of token ids")
-        want = body.get("emulator_prompt_tokens")
-        if want is not None:
-            if not isinstance(want, int) or want < 1:
-                raise ValueError("'emulator_prompt_tokens' must be a positive integer")
-            tokens = (tokens + ["<pad>"] * want)[:want] if want >= len(tokens) else tokens[:want]
-        if not tokens:
-            tokens = ["<|begin_of_text|>"]
-        blocks = body.get("emulator_prefix_blocks")
-        if blocks is not None:
-            if not isinstance(blocks, list) or not all(isinstance(b, int) for b in blocks):
-                raise ValueError("'emulator_prefix_blocks' must be a list of integers")
-            segments = segments_from_hash_ids(blocks, len(tokens), block_size=self.profile.block_size)
-        else:
-            segments = segments_from_tokens(tokens, self.profile.block_size)
-        return tokens, segments
-
-    def _output_tokens(self, body: dict, request: Request, tokens) -> int:
-        v = body.get("emulator_output_tokens", request.headers.get("x-emulator-output-tokens"))
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-            raise ValueError("'max_tokens' must be a positive integer")
-        if v is not None:
-            try:
-                n = int(v)
-            except (TypeError, ValueError):
-                raise ValueError("'emulator_output_tokens' must be a positive integer") from None
-            if n < 1:
-                raise ValueError("'emulator_output_tokens' must be a positive integer")
-            return n
-        if body.get("ignore_eos") and max_tokens:
-            return int(max_tokens) + 1  # never stops by itself: max_tokens ends it ("length")
-        natural = 32 + zlib.crc32(" ".join(tokens[-64:]).encode()) % 256
-        return max(natural, int(body.get("min_tokens") or 0))
-
     def _abort_soon(self, h: _Handle):
         if not h.done and not h.crashed:
             self._aborts.append(h.request_id)
             self._wake.set()
-
-    def _usage(self, req, n_out: int) -> dict:
-        return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + n_out,
-                "completion_tokens": n_out, "prompt_tokens_details": None}
-
-    def _chunk(self, h, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True):
-        if chat:
-            delta = {}
-            if role:
-                delta["role"] = role
-            if text is not None:
-                delta["content"] = text
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-            if finish:
-                choice["stop_reason"] = None
-            obj = "chat.completion.chunk"
-        else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
-            obj = "text_completion"
-        d = {"id": h.request_id, "object": obj, "created": created, "model": model,
-             "choices": [choice] if choices else []}
-        if usage is not None:
-            d["usage"] = usage
-        return "data: " + json.dumps(d, separators=(",", ":")) + "\n\n"
 
     def _n_out(self, h) -> int:
         req = h.req
@@ -466,8 +367,8 @@ class ReplicaServer:
         req = h.req
         try:
             if chat:
-                yield self._chunk(h, chat, model, created, text="", role="assistant",
-                                  usage=self._usage(req, 0) if continuous else None)
+                yield sse_chunk(h.request_id, chat, model, created, text="", role="assistant",
+                                  usage=usage(req, 0) if continuous else None)
             while True:
                 await h.event.wait()
                 h.event.clear()
@@ -480,14 +381,14 @@ class ReplicaServer:
                 while sent < n:
                     sent += 1
                     last = done and sent == n
-                    yield self._chunk(h, chat, model, created, text=_WORDS[sent % len(_WORDS)],
+                    yield sse_chunk(h.request_id, chat, model, created, text=_WORDS[sent % len(_WORDS)],
                                       finish=req.finish_reason if last else None,
-                                      usage=self._usage(req, sent) if continuous else None)
+                                      usage=usage(req, sent) if continuous else None)
                 if done:
                     if sent == 0:  # aborted before any token
-                        yield self._chunk(h, chat, model, created, text="", finish=req.finish_reason)
+                        yield sse_chunk(h.request_id, chat, model, created, text="", finish=req.finish_reason)
                     if include_usage:
-                        yield self._chunk(h, chat, model, created, usage=self._usage(req, sent), choices=False)
+                        yield sse_chunk(h.request_id, chat, model, created, usage=usage(req, sent), choices=False)
                     yield "data: [DONE]\n\n"
                     return
         finally:
@@ -520,7 +421,7 @@ class ReplicaServer:
                       "stop_reason": None}
             obj = "text_completion"
         return JSONResponse({"id": h.request_id, "object": obj, "created": created, "model": model,
-                             "choices": [choice], "usage": self._usage(req, req.out)}, headers=headers)
+                             "choices": [choice], "usage": usage(req, req.out)}, headers=headers)
 
     async def _wait_done(self, h: _Handle):
         while not (h.done or h.crashed):
@@ -528,4 +429,4 @@ class ReplicaServer:
             h.event.clear()
 
 
-__all__ = ["ReplicaServer", "error_body", "CRASH_MESSAGE", "FINISHED"]
+__all__ = ["ReplicaServer", "error_body", "CRASH_MESSAGE"]

@@ -1,0 +1,122 @@
+"""vLLM's OpenAI-compatible API shapes: request parsing, response chunks, usage, errors.
+
+Where it sits: used by server.py (live replicas). Shapes follow vLLM's ``entrypoints/openai``
+(shared/reference/vllm-telemetry.md): errors ``{"error": {"message", "type", "param", "code"}}``,
+SSE chunks of object ``chat.completion.chunk`` / ``text_completion``, a usage chunk with
+``choices: []``. Emulator extensions to the request body are described in server.py.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+from starlette.responses import JSONResponse
+
+from serving.emulator.kvcache import segments_from_hash_ids, segments_from_tokens, tokenize
+
+_WORDS = ("the", " model", " emulates", " a", " GPU", " replica", ",", " token", " by", " token", ".")
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "TooManyRequestsError",
+                500: "InternalServerError", 502: "BadGatewayError", 503: "ServiceUnavailableError",
+                504: "GatewayTimeoutError"}
+CRASH_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4  # Llama 3 chat template: header ids + eot per message
+
+
+def error_body(message: str, status: int, param=None) -> dict:
+    """vLLM's error JSON: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": _ERROR_TYPES.get(status, "InternalServerError"),
+                      "param": param, "code": status}}
+
+
+def error_response(message: str, status: int, headers=None, param=None) -> JSONResponse:
+    return JSONResponse(error_body(message, status, param), status_code=status, headers=headers)
+
+
+def parse_prompt(body: dict, chat: bool, block_size: int = 16):
+    """Prompt tokens and prefix-cache segments of a chat or completions request body.
+
+    Raises ValueError with a client-facing message for a malformed body.
+    """
+    if chat:
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise ValueError("'messages' must be a non-empty list")
+        tokens = []
+        for m in msgs:
+            if not isinstance(m, dict) or "role" not in m:
+                raise ValueError("each message needs a 'role'")
+            content = m.get("content") or ""
+            if isinstance(content, list):  # content parts
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            tokens += ["<|start_header_id|>", m["role"], "<|end_header_id|>"] + tokenize(str(content)) + ["<|eot_id|>"]
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            tokens = [str(t) for t in prompt]
+        elif isinstance(prompt, str) and prompt:
+            tokens = tokenize(prompt)
+        elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            tokens = tokenize(prompt[0])
+        else:
+            raise ValueError("'prompt' must be a non-empty string or a list of token ids")
+    want = body.get("emulator_prompt_tokens")
+    if want is not None:
+        if not isinstance(want, int) or want < 1:
+            raise ValueError("'emulator_prompt_tokens' must be a positive integer")
+        tokens = (tokens + ["<pad>"] * want)[:want] if want >= len(tokens) else tokens[:want]
+    if not tokens:
+        tokens = ["<|begin_of_text|>"]
+    blocks = body.get("emulator_prefix_blocks")
+    if blocks is not None:
+        if not isinstance(blocks, list) or not all(isinstance(b, int) for b in blocks):
+            raise ValueError("'emulator_prefix_blocks' must be a list of integers")
+        segments = segments_from_hash_ids(blocks, len(tokens), block_size=block_size)
+    else:
+        segments = segments_from_tokens(tokens, block_size)
+    return tokens, segments
+
+def output_tokens(body: dict, header_value, tokens) -> int:
+    """Tokens the emulated model generates before stopping (see the module docstring)."""
+    v = body.get("emulator_output_tokens", header_value)
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError("'max_tokens' must be a positive integer")
+    if v is not None:
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            raise ValueError("'emulator_output_tokens' must be a positive integer") from None
+        if n < 1:
+            raise ValueError("'emulator_output_tokens' must be a positive integer")
+        return n
+    if body.get("ignore_eos") and max_tokens:
+        return int(max_tokens) + 1  # never stops by itself: max_tokens ends it ("length")
+    natural = 32 + zlib.crc32(" ".join(tokens[-64:]).encode()) % 256
+    return max(natural, int(body.get("min_tokens") or 0))
+
+
+def usage(req, n_out: int) -> dict:
+    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + n_out,
+            "completion_tokens": n_out, "prompt_tokens_details": None}
+
+def sse_chunk(request_id, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True) -> str:
+    """One SSE ``data:`` line of a streamed chat/completions response, vLLM's chunk shape."""
+    if chat:
+        delta = {}
+        if role:
+            delta["role"] = role
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if finish:
+            choice["stop_reason"] = None
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        obj = "text_completion"
+    d = {"id": request_id, "object": obj, "created": created, "model": model,
+         "choices": [choice] if choices else []}
+    if usage is not None:
+        d["usage"] = usage
+    return "data: " + json.dumps(d, separators=(",", ":")) + "\n\n"

@@ -19,6 +19,12 @@ The same insert functions serve the receiver's batching writer:
     writes ``otel_traces`` rows (which feed ``llm_calls``).
 ``insert_metric_rows(store, rows)``
     column-ordered inserts into ``otel_metrics_gauge/sum/histogram``.
+
+``BufferedIngest(store, max_rows=100_000)``
+    for bulk producers (the virtual-time emulator): call it with trace or metric requests; it
+    validates each at once and inserts in large batches (each insert has a fixed cost of
+    ~0.1-0.2 CPU-s on the embedded store, so one insert per request is slow); ``flush()`` at the
+    end. ``.accepted`` / ``.rejected`` / ``.messages`` accumulate the results.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Iterable
 from google.protobuf.internal.encoder import _VarintBytes
 
 from collectors import otlp_common as common
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from collectors.otlp_metrics import TABLES, MetricRows, metric_rows, prepare_metrics
 from collectors.otlp_traces import prepare_traces
 
@@ -100,3 +108,51 @@ def ingest_metrics(store, request) -> IngestResult:
     if prepared.payload:
         insert_metric_rows(store, metric_rows(prepared.payload))
     return IngestResult(prepared.accepted, prepared.rejected, prepared.message)
+
+
+class BufferedIngest:
+    """Validate requests as they come, insert them in large batches (see module doc).
+
+    Callable with an ``ExportTraceServiceRequest`` or ``ExportMetricsServiceRequest``; inserts when
+    ``max_rows`` spans (or metric points) are buffered and on :meth:`flush`. Store errors propagate
+    from the call that triggered the insert; the buffer is kept so a later ``flush()`` can retry.
+    """
+
+    def __init__(self, store, max_rows: int = 100_000,
+                 max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES):
+        self.store = store
+        self.max_rows = max_rows
+        self.max_attribute_bytes = max_attribute_bytes
+        self.accepted = 0
+        self.rejected = 0
+        self.messages: list[str] = []
+        self._payloads: list[bytes] = []
+        self._span_rows = 0
+        self._metric_rows = MetricRows()
+
+    def __call__(self, request) -> IngestResult:
+        if isinstance(request, ExportTraceServiceRequest):
+            prepared = prepare_traces(request, common.PROTOBUF, self.max_attribute_bytes)
+            if prepared.payload:
+                self._payloads.append(prepared.payload)
+                self._span_rows += prepared.accepted
+        else:
+            prepared = prepare_metrics(request, common.PROTOBUF)
+            if prepared.payload:
+                self._metric_rows.extend(metric_rows(prepared.payload))
+        self.accepted += prepared.accepted
+        self.rejected += prepared.rejected
+        if prepared.message:
+            self.messages.append(prepared.message)
+        if self._span_rows + len(self._metric_rows) >= self.max_rows:
+            self.flush()
+        return IngestResult(prepared.accepted, prepared.rejected, prepared.message)
+
+    def flush(self) -> None:
+        """Insert everything buffered (traces in one insert, metrics in one per table)."""
+        if self._payloads:
+            insert_trace_payloads(self.store, self._payloads, tag="ingest.buffered.traces")
+            self._payloads, self._span_rows = [], 0
+        if len(self._metric_rows):
+            insert_metric_rows(self.store, self._metric_rows, tag="ingest.buffered.metrics")
+            self._metric_rows = MetricRows()

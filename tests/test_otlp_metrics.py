@@ -106,3 +106,29 @@ def test_unsupported_and_invalid_points_are_rejected_by_name(store, tmp_path):
     assert store.query("SELECT MetricName, Attributes, Value FROM otel_metrics_sum", tag="test").result_rows == [
         ("json_sum", {"k": "v"}, 12.0)]
     assert store.scalar("SELECT count() FROM otel_metrics_gauge", tag="test") == 2
+
+
+def test_buffered_ingest_batches_traces_and_metrics(store):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    from collectors.ingest import BufferedIngest
+
+    store.command("TRUNCATE TABLE otel_traces", tag="test.truncate")
+    sink = BufferedIngest(store, max_rows=1000)
+    for k in range(3):
+        req = ExportTraceServiceRequest()
+        ss = req.resource_spans.add().scope_spans.add()
+        for i in range(2):
+            n = k * 2 + i + 1
+            ss.spans.append(Span(trace_id=n.to_bytes(16, "big"), span_id=n.to_bytes(8, "big"), name=f"s{n}",
+                                 start_time_unix_nano=T0, end_time_unix_nano=T0 + n))
+        sink(req)
+    result = sink(_bad_request())
+    assert (result.accepted, result.rejected) == (1, 3)
+    assert store.scalar("SELECT count() FROM otel_traces", tag="test") == 0  # buffered, not yet inserted
+    sink.flush()
+    assert (sink.accepted, sink.rejected, len(sink.messages)) == (7, 3, 1)
+    assert store.query("SELECT SpanName, Duration FROM otel_traces ORDER BY SpanName", tag="test").result_rows == [
+        (f"s{n}", n) for n in range(1, 7)]
+    assert store.query("SELECT MetricName FROM otel_metrics_gauge", tag="test").result_rows == [("ok_gauge",)]

@@ -26,6 +26,7 @@ PRESETS: dict[str, tuple[str, int]] = {
 CUSTOM = "custom"
 DEFAULT_PRESET = "1h"
 FILTER_PARAMS = ("model", "tenant", "task_type")
+URL_KEYS = ("range", "start", "end") + FILTER_PARAMS
 ALL = "All"
 
 
@@ -181,8 +182,10 @@ def sidebar(option_values=None) -> Filters:
     for problem in state.get("_filters_problems", ()):
         sb.warning(f"Link parameter ignored: {problem}")
     filters = Filters(start=start, end=end, preset=preset, live=live, **values)
-    params = filters.to_params()
-    if _params_now() != params:
+    now_params = _params_now()
+    # Keep the pages' own parameters (e.g. ?task=, ?q=); replace only the filters'.
+    params = {k: v for k, v in now_params.items() if k not in URL_KEYS} | filters.to_params()
+    if now_params != params:
         st.query_params.from_dict(params)
     state["_filters"] = filters
     return filters

@@ -123,7 +123,7 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
         task_id = str(uuid.UUID(int=rng.getrandbits(128)))
         ctx = {"task.id": task_id, "task.type": task_type, "tenant.id": tenant,
                "tenant.priority": "batch" if task_type == "research_agent" else "interactive"}
-        t_start = start + timedelta(seconds=rng.uniform(0, span_s * 0.97))
+        t_start = start + timedelta(seconds=rng.uniform(0, span_s))
         t = t_start
         outcome = "success"
         for step in range(1, steps + 1):
@@ -304,12 +304,40 @@ def tiny_scenario(store) -> dict:
     return {"start": datetime(2026, 11, 2, 10, 0, tzinfo=UTC), "end": datetime(2026, 11, 2, 10, 5, tzinfo=UTC)}
 
 
-def run_cost_jobs(store, start: datetime, end: datetime) -> bool:
-    """Run the cost engine's jobs over [start, end) when they exist (``schema.jobs.run_jobs``); True if run."""
+FLEET_YAML = """gpu_types:
+  H100:
+    prices:
+      - {usd_per_gpu_hour: 3.60, valid_from: 2025-01-01}
+  A100:
+    prices:
+      - {usd_per_gpu_hour: 1.80, valid_from: 2025-01-01}
+replicas:
+  r1: {gpu_type: H100, gpu_count: 1}
+  r2: {gpu_type: H100, gpu_count: 1}
+  r3: {gpu_type: A100, gpu_count: 1}
+  r4: {gpu_type: A100, gpu_count: 1}
+"""
+
+
+def stop_periodic_jobs(store) -> None:
+    """Stop the cost engine's periodic refresh chain in this database (explicit runs only in tests)."""
     try:
+        from schema import jobs
+    except ImportError:
+        return
+    if hasattr(jobs, "stop"):
+        jobs.stop(store)
+
+
+def run_cost_jobs(store, start: datetime, end: datetime) -> bool:
+    """Sync the scenario's fleet (prices) and run the cost jobs over [start, end + 5 min) when they exist."""
+    try:
+        from schema.fleet import parse_fleet, sync_fleet
         from schema.jobs import run_jobs
     except ImportError:
         return False
+    stop_periodic_jobs(store)
+    sync_fleet(store, parse_fleet(FLEET_YAML))
     run_jobs(store, start=start, end=end + timedelta(minutes=5))
     return True
 

@@ -28,9 +28,17 @@ def main() -> None:
     store = connect(f"chdb://{directory}", "infercost")
     migrate(store, retention_days=3650)
     seeded = generate(store, tasks=tasks, hours=1)
-    run_cost_jobs(store, seeded.start, seeded.end)
+    task = ""
+    if run_cost_jobs(store, seeded.start, seeded.end):
+        from schema.queries import cost
+
+        tasks = cost.tasks_table(store, seeded.start, seeded.end, None, 5000)
+        tasks = tasks[(tasks["outcome"] == "success") & (tasks["retry_waste_usd"] > 0)]
+        if len(tasks):
+            task = str(tasks.sort_values(["attempts", "task_id"], ascending=[False, True]).iloc[0]["task_id"])
     seed_alerts(store, seeded)
-    print(f"READY http://127.0.0.1:{port} {seeded.start.isoformat()} {seeded.end.isoformat()}", flush=True)
+    # READY <url> <start> <end> <a task with retries, for the drill-down screenshot>
+    print(f"READY http://127.0.0.1:{port} {seeded.start.isoformat()} {seeded.end.isoformat()} {task}", flush=True)
     serve(store, "127.0.0.1", port, block=True, otlp_endpoint="http://127.0.0.1:4318/v1/traces")
 
 

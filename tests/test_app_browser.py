@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -46,11 +47,16 @@ def served(tmp_path_factory):
                              str(port), "800"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             cwd=str(ROOT))
     url = f"http://127.0.0.1:{port}"
+    task = ""
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                pytest.fail(f"dashboard process exited: {proc.stdout.read()[-3000:]}")
+                pytest.fail(f"dashboard process exited with {proc.returncode} before answering")
+            if not task:
+                task = _ready_task(proc)
+                # Keep draining the server's output so a full pipe never blocks it.
+                threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
             try:
                 if httpx.get(f"{url}/_stcore/health", timeout=1).status_code == 200:
                     break
@@ -59,7 +65,7 @@ def served(tmp_path_factory):
             time.sleep(0.25)
         else:
             pytest.fail("dashboard did not answer /_stcore/health within 120 s")
-        yield url
+        yield url, task
     finally:
         proc.terminate()
         try:
@@ -69,36 +75,53 @@ def served(tmp_path_factory):
             proc.wait(5)
 
 
-def _settle(page) -> None:
+def _ready_task(proc) -> str:
+    # The server prints "READY <url> <start> <end> [task]" before serving; other lines are logs.
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            return "-"
+        if line.startswith("READY"):
+            parts = line.split()
+            return parts[4] if len(parts) > 4 else "-"
+
+
+def _settle(page, timeout_s: float = 90.0) -> None:
     page.wait_for_selector('[data-testid="stAppViewContainer"]', timeout=30_000)
     page.wait_for_selector("h1", timeout=30_000)
-    # The status widget says "Running..." while a script runs; wait until it stays quiet.
-    quiet = 0
-    for _ in range(120):
-        running = page.locator('[data-testid="stStatusWidget"]').filter(has_text="Running").count()
-        quiet = quiet + 1 if not running else 0
-        if quiet >= 4:
-            break
+    # While a script runs Streamlit shows its status widget (a "Stop" button) and skeletons for
+    # elements not drawn yet; wait until neither has been seen for a second.
+    busy = ('[data-testid="stStatusWidget"], [data-testid="stSkeleton"], [data-testid="stAppSkeleton"], '
+            '[data-testid="stSpinner"]')
+    quiet, deadline = 0, time.monotonic() + timeout_s
+    while quiet < 4 and time.monotonic() < deadline:
+        quiet = quiet + 1 if page.locator(busy).count() == 0 else 0
         page.wait_for_timeout(250)
-    page.wait_for_timeout(800)  # let charts draw (vega / plotly render after the script ends)
+    page.wait_for_timeout(1000)  # let charts draw (vega / plotly render after the script ends)
 
 
 def test_every_page_renders_in_chromium(served, artifacts):
     from playwright.sync_api import sync_playwright
 
+    url, task = served
+    pages = dict(PAGES)
+    if task not in ("", "-"):
+        pages["task_drilldown"] = f"tasks{QUERY}&task={task}"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         try:
             context = browser.new_context(viewport={"width": 1500, "height": 1800}, timezone_id="Europe/Paris")
             page = context.new_page()
-            for name, path in PAGES.items():
-                page.goto(f"{served}/{path}{QUERY}", wait_until="domcontentloaded")
+            for name, path in pages.items():
+                page.goto(f"{url}/{path}" + ("" if "?" in path else QUERY), wait_until="domcontentloaded")
                 _settle(page)
                 page.screenshot(path=str(artifacts / f"dashboard_{name}.png"), full_page=True)
                 body = page.inner_text("body")
                 assert page.locator('[data-testid="stException"]').count() == 0, (name, body[:2000])
                 assert not any(t in body for t in ERROR_TEXT), (name, body[:2000])
                 assert "Page not found" not in body, name
+                if name == "task_drilldown":
+                    assert f"Task {task}" in body
                 if name == "live":
                     # the viewer's time zone (from the browser) is used for times on the page
                     assert "Europe/Paris" in body and "Replica health" in body

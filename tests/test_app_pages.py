@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import fmt, store_provider
 from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, seed_alerts, tiny_scenario
+from dashboard_seed import generate, run_cost_jobs, seed_alerts, stop_periodic_jobs, tiny_scenario
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TINY_RANGE = {"range": "custom", "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T10:05:00Z"}
@@ -36,17 +36,26 @@ def _metrics(at: AppTest) -> dict[str, tuple[str, str | None]]:
     return {m.label: (m.value, m.delta) for m in at.metric}
 
 
-@pytest.fixture
-def tiny_app(store):
+@pytest.fixture(scope="module")
+def tiny_store():
+    store = new_store()  # migrating costs seconds: one tiny store for the module, read-only below
+    stop_periodic_jobs(store)
     tiny_scenario(store)
-    store_provider.set_store(store)
     yield store
+    drop_store(store)
+
+
+@pytest.fixture
+def tiny_app(tiny_store):
+    store_provider.set_store(tiny_store)
+    yield tiny_store
     store_provider.clear()
 
 
 @pytest.fixture(scope="module")
 def big():
     store = new_store()
+    stop_periodic_jobs(store)
     seeded = generate(store, tasks=1200, hours=1)
     has_cost = run_cost_jobs(store, seeded.start, seeded.end)
     seed_alerts(store, seeded)
@@ -64,11 +73,11 @@ def test_live_page_shows_the_hand_computed_tiles(tiny_app):
     assert m["TTFT p95"][0] == "800 ms" and m["TTFT p99"][0] == "800 ms"
     assert m["ITL p95"][0] == "260 ms"
     assert m["Error rate"][0] == "40.0 %" and m["Retry ratio"][0] == "40.0 %"
-    assert m["Queue depth (req)"] == ("4", "+3")
+    assert m["Queue (req)"] == ("4", "+3")
     assert m["Running (req)"][0] == "3" and not m["Running (req)"][1]  # no running gauge before: no delta
     assert m["KV-cache use"][0] == "37.5 %"
     assert m["Goodput (tasks/h)"][0] == "12.0"
-    assert m["Requests (req/s)"][0] == "0.01"
+    assert m["Requests/s"][0] == "0.01"
     # the degraded replica is called out, and every table can be downloaded
     assert any("r2" in w.value and "error rate 67%" in w.value for w in at.warning)
     assert len(at.get("download_button")) >= 2
@@ -160,3 +169,41 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
     at = _app(BIG_RANGE, "pages/triangle.py")
     windows = cost.replica_windows(store, seeded.start, seeded.end, 300)
     assert len(at.dataframe[0].value) == len(windows)
+
+
+@pytest.fixture
+def worked():
+    """The cost issue's worked example (tests/test_cost_engine.py): spend $0.18, 2 successful tasks."""
+    example = pytest.importorskip("tests.test_cost_engine")
+    store = new_store()
+    stop_periodic_jobs(store)
+    example._worked_example(store)
+    store_provider.set_store(store)
+    yield store
+    store_provider.clear()
+    drop_store(store)
+
+
+def test_cost_page_shows_the_worked_example(worked):
+    # T0 = 2026-01-05 10:00 UTC, replica up in minutes 0-2 (tests/test_cost_engine.py computes by hand).
+    at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z"}, "pages/cost.py")
+    m = _metrics(at)
+    assert m["Cost per successful task"][0] == "$0.0900"
+    assert m["Cost per request (naive)"][0] == "$0.0600"
+    assert m["Cost per 1M tokens (naive)"][0] == "$75.00"
+    assert m["Attributed CPST (excl. idle)"][0] == "$0.0600"
+    assert m["Spend"][0] == "$0.1800"
+    assert m["Successful tasks"][0] == "2"
+    assert m["Attempts per successful task"][0] == "1.5"
+    assert m["Goodput (tasks/h)"][0] == "40.0"
+    assert any("1.5x" in i.value for i in at.info)  # CPST / cost per request = 0.09 / 0.06
+    waste = at.dataframe[0].value.set_index("category")
+    assert waste.loc["idle", "USD"] == pytest.approx(0.06) and waste.loc["retry_waste", "USD"] == pytest.approx(0.015)
+
+    at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z", "task": "T2"},
+              "pages/tasks.py")
+    shown = at.dataframe[0].value.set_index("task_id")
+    assert shown.loc["T2", "cost (USD)"] == pytest.approx(0.075) and shown.loc["T2", "waste (USD)"] == pytest.approx(0.015)
+    calls = at.dataframe[1].value
+    assert sorted(calls["cost_usd"].round(6)) == [0.015, 0.06]
+    assert m and _metrics(at)["Cost"][0] == "$0.0750"

@@ -9,15 +9,20 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dashboard_seed import tiny_scenario
+from conftest import drop_store, new_store
+from dashboard_seed import stop_periodic_jobs, tiny_scenario
 from schema.queries import ops
 
 UTC = timezone.utc
 
 
-@pytest.fixture
-def tiny(store):
-    return store, tiny_scenario(store)
+@pytest.fixture(scope="module")
+def tiny():
+    store = new_store()  # migrating costs seconds: one store for the module; the tests only read it
+    stop_periodic_jobs(store)
+    window = tiny_scenario(store)
+    yield store, window
+    drop_store(store)
 
 
 def test_fleet_tiles_hand_computed(tiny):

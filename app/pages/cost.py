@@ -44,7 +44,10 @@ if summary is None or not (summary.get("spend_usd") or 0):
 
 def _delta(key: str, render, lower_better: bool = True):
     a = summary.get(key)
-    b = previous.get(key) if previous else None
+    # No spend before this period means no data there (not a baseline of zero): no delta.
+    if not previous or not (previous.get("spend_usd") or 0):
+        return {}
+    b = previous.get(key)
     if a is None or b is None or pd.isna(a) or pd.isna(b):
         return {}
     d = float(a) - float(b)
@@ -71,10 +74,10 @@ cols[0].metric("Spend", fmt.usd(summary.get("spend_usd")), border=True, help="GP
 cols[1].metric("Successful tasks", fmt.count(summary.get("successful_tasks")), border=True,
                help=f"of {fmt.count(summary.get('tasks'))} tasks ended "
                     f"({fmt.count(summary.get('failed_tasks'))} failed, {fmt.count(summary.get('abandoned_tasks'))} abandoned)",
-               **_delta("successful_tasks", fmt.count, lower_better=False))
+               **_delta("successful_tasks", lambda v, s=False: fmt.count(v, signed=s), lower_better=False))
 cols[2].metric("Attempts per successful task", fmt.count(summary.get("attempts_per_success")), border=True,
                help="LLM call attempts (retries included) per successful task.",
-               **_delta("attempts_per_success", fmt.count))
+               **_delta("attempts_per_success", lambda v, s=False: fmt.count(v, signed=s)))
 cols[3].metric("Goodput (tasks/h)", fmt.rate(summary.get("goodput_per_hour"), "").strip(), border=True,
                help="Successful tasks within their latency SLO, per hour.",
                **_delta("goodput_per_hour", lambda v, s=False: fmt.rate(v, "", s).strip(), lower_better=False))
@@ -131,15 +134,20 @@ if not len(trend):
     ui.empty_state("No trend yet in this range.")
 else:
     t = ui.to_viewer(trend, ["bucket_start"], naive=True)
-    left, right = st.columns(2)
-    with left:
-        st.markdown(f"**CPST per {costviews.bucket_label(bucket_s)} (USD)**")
+    label = costviews.bucket_label(bucket_s)
+    cols = st.columns(3)
+    with cols[0]:
+        st.markdown(f"**CPST per {label} (USD)**")
         st.altair_chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
                                      "USD per successful task"), width="stretch")
-    with right:
-        st.markdown(f"**Spend and successful tasks per {costviews.bucket_label(bucket_s)}**")
-        st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend (USD)", "successful_tasks": "successes"},
-                                     "USD | tasks"), width="stretch")
+    with cols[1]:
+        st.markdown(f"**Spend per {label} (USD)**")
+        st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
+                                     "USD"), width="stretch")
+    with cols[2]:
+        st.markdown(f"**Successful tasks per {label}**")
+        st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
+                                                         "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
 st.subheader("Data quality")
 dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)

@@ -37,9 +37,9 @@ window_s = WINDOWS[window_label]
 # (label, attribute, formatter(value, signed), lower is better?, help). Rates carry their unit in the
 # label so six tiles fit a row.
 TILES = [
-    ("Requests (req/s)", "requests_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+    ("Requests/s", "requests_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
      "Engine requests (vLLM llm_request spans) that finished in the window / window seconds."),
-    ("Output tokens (tok/s)", "output_tokens_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+    ("Output tok/s", "output_tokens_per_s", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
      "Generated tokens of those requests / window seconds."),
     ("TTFT p50", "ttft_p50_s", fmt.seconds, True, "Time to first token (arrival -> first token), median."),
     ("TTFT p95", "ttft_p95_s", fmt.seconds, True, "Time to first token, 95th percentile over the window."),
@@ -50,7 +50,7 @@ TILES = [
      "Failed upstream attempts / attempts, seen at the gateway (crashed replicas included), else at the engine."),
     ("Retry ratio", "retry_ratio", fmt.pct, True,
      "Retry attempts (client task.attempt >= 2, plus the gateway's hidden retries) / all attempts."),
-    ("Queue depth (req)", "queue_depth", lambda v, s=False: fmt.count(v, "", s), True,
+    ("Queue (req)", "queue_depth", lambda v, s=False: fmt.count(v, "", s), True,
      "Sum over replicas of the last vllm:num_requests_waiting in the window."),
     ("Running (req)", "running", lambda v, s=False: fmt.count(v, "", s), False,
      "Sum over replicas of the last vllm:num_requests_running (batch occupancy)."),
@@ -96,6 +96,7 @@ def replica_table(view: filters.Filters, bucket_s: int) -> None:
         "status": ["degraded" if d else "ok" for d in health["degraded"]],
         "replica": health["replica"],
         "GPU": health["gpu_type"],
+        "TTFT p95 trend (ms)": [spark.get(r, []) for r in health["replica"]],
         "running": health["running"],
         "waiting": health["waiting"],
         "KV use": health["kv_cache_usage"],
@@ -106,7 +107,6 @@ def replica_table(view: filters.Filters, bucket_s: int) -> None:
         "ITL vs fleet": health["itl_vs_fleet"],
         "error rate": health["error_rate"],
         "why flagged": health["reason"],
-        "TTFT p95 trend (ms)": [spark.get(r, []) for r in health["replica"]],
     })
     config = {
         "status": st.column_config.TextColumn("status", help="degraded: TTFT/ITL p95 > 2x the fleet median or error rate > 5 %"),

@@ -114,7 +114,13 @@ gantt = (alt.Chart(g).mark_bar(height=16, cornerRadius=2)
          .properties(height=max(120, 28 * len(lanes))))
 text = alt.Chart(g).mark_text(align="left", dx=4, fontSize=11).encode(
     x="end_time:T", y=alt.Y("lane:N", sort=lanes), text="replica:N")
-st.altair_chart(gantt + text, width="stretch")
+# Failed attempts that never reached an engine last milliseconds: mark them so they stay visible.
+failed = alt.Chart(g[g["status"] == "error"]).mark_point(shape="cross", size=90, color="#d62728", strokeWidth=2).encode(
+    x="start_time:T", y=alt.Y("lane:N", sort=lanes),
+    tooltip=["task_step:N", "task_attempt:Q", "replica:N", "call_source:N", "error_type:N",
+             alt.Tooltip("cost_usd:Q", title="cost (USD)", format="$.6f")])
+st.altair_chart(gantt + failed + text, width="stretch")
+st.caption("Bars: calls (colour = cost category); red crosses: attempts that failed; labels: replica.")
 cols = [c for c in ["task_step", "task_attempt", "replica", "gpu_type", "call_source", "start_time", "e2e_s", "ttft_s",
                     "status", "error_type", "finish_reason", "partial", "prompt_tokens", "output_tokens", "cost_usd",
                     "category"] if c in calls.columns]

@@ -1,0 +1,172 @@
+"""Dashboard query time per panel on a large embedded store.
+
+    .venv/bin/python benchmarks/bench_dashboard.py [--calls 10000000] [--tasks 1000000] [--days 7] [--reps 15]
+
+Builds (once, cached under benchmarks/results/dashboard_store_<calls>/) a chDB store with
+``--calls`` LLM-call rows and ``--tasks`` tasks over ``--days`` days, generated directly in SQL
+(benchmarks/sql/bench_dashboard_*.sql: deterministic, no randomness), plus one task root span per
+task and vLLM gauges of 16 replicas every 15 s. When the cost jobs exist
+(``schema.jobs.run_jobs``) and ``--cost-hours`` > 0, they are run over the last ``--cost-hours``
+hours so the cost pages have data too (the jobs' own speed is the cost issue's benchmark).
+
+Then times every named query a page issues (``--reps`` runs after one warm-up, p50 / p95 in ms),
+for the default view (the last hour) and the wide views (24 h, 7 d), and the full page (sum of its
+panels: chDB serialises queries). The baseline, measured in the same run, is the naive fleet tile:
+quantiles over every engine call ever stored (lifetime full scan); ratio = panel p95 / baseline p95.
+
+Goal (issue 6): p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
+share those cores while this runs: figures are pessimistic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from schema.migrate import migrate  # noqa: E402
+from schema.queries import ops  # noqa: E402
+from schema.store import connect  # noqa: E402
+
+SQL_DIR = Path(__file__).parent / "sql"
+T0 = datetime(2026, 11, 2, 0, 0, 0)  # naive UTC, bound as DateTime64(3)
+PANEL_GOAL_MS = 150.0
+PAGE_GOAL_MS = 1000.0
+
+
+def _sql(name: str) -> str:
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def build(store, calls: int, tasks: int, days: int, cost_hours: float) -> None:
+    span_s = days * 86400
+    t = time.perf_counter()
+    store.command(_sql("bench_dashboard_llm_calls"), {"n": calls, "t0": T0, "span_s": span_s}, tag="bench.calls",
+                  settings={"max_insert_threads": 2})
+    store.command(_sql("bench_dashboard_task_roots"), {"tasks": tasks, "t0": T0, "span_s": span_s},
+                  tag="bench.tasks")
+    store.command(_sql("bench_dashboard_gauges"), {"t0": T0, "span_s": span_s}, tag="bench.gauges")
+    print(f"generated {calls:,} calls, {tasks:,} tasks over {days} d in {time.perf_counter() - t:.1f} s", flush=True)
+    if cost_hours > 0:
+        try:
+            from schema.jobs import run_jobs
+        except ImportError:
+            print("cost jobs not in this build: cost panels skipped")
+            return
+        end = T0 + timedelta(seconds=span_s)
+        t = time.perf_counter()
+        run_jobs(store, start=end - timedelta(hours=cost_hours), end=end)
+        print(f"cost jobs over the last {cost_hours} h in {time.perf_counter() - t:.1f} s", flush=True)
+
+
+def timed(fn, reps: int) -> list[float]:
+    fn()  # warm-up: first run loads marks and caches
+    out = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+
+
+def panels(store, end: datetime, range_s: int):
+    """(page, panel, callable) for every named query the pages issue over a range of ``range_s`` ending ``end``."""
+    start = end - timedelta(seconds=range_s)
+    w = end - timedelta(minutes=5)
+    bucket = max(60, _bucket(range_s))
+    out = [
+        ("live", "ingest_status", lambda: ops.ingest_status(store)),
+        ("live", "filter_values", lambda: ops.filter_values(store, start, end)),
+        ("live", "fleet_tiles (5 min + previous)", lambda: ops.fleet_tiles(store, w, end)),
+        ("live", "replica_health (5 min)", lambda: ops.replica_health(store, w, end)),
+        ("live", f"latency_series ({bucket} s buckets)", lambda: ops.latency_series(store, start, end, bucket)),
+        ("live", "gauge_series", lambda: ops.gauge_series(store, start, end, bucket)),
+        ("live", "finish_reasons (5 min)", lambda: ops.finish_reasons(store, w, end)),
+        ("live", "fleet_tiles tenant filter", lambda: ops.fleet_tiles(store, w, end, {"tenant": "tenant3"})),
+    ]
+    try:
+        from schema.queries import cost
+    except ImportError:
+        return out
+    bucket_c = max(60, bucket)
+    out += [
+        ("cost", "period_summary", lambda: cost.period_summary(store, start, end)),
+        ("cost", "period_summary (previous)", lambda: cost.period_summary(store, start - (end - start), start)),
+        ("cost", "waste_breakdown", lambda: cost.waste_breakdown(store, start, end)),
+        ("cost", "period_summary by task_type", lambda: cost.period_summary(store, start, end, "task_type")),
+        ("cost", "period_summary by tenant", lambda: cost.period_summary(store, start, end, "tenant")),
+        ("cost", "period_summary by model", lambda: cost.period_summary(store, start, end, "model")),
+        ("cost", "cpst_trend", lambda: cost.cpst_trend(store, start, end, bucket_c)),
+        ("cost", "data_quality", lambda: cost.data_quality(store, start, end)),
+        ("triangle", "replica_windows (5 min)", lambda: cost.replica_windows(store, start, end, 300)),
+        ("tasks", "tasks_table", lambda: cost.tasks_table(store, start, end, None, 1000)),
+        ("tasks", "tasks_table search", lambda: cost.tasks_table(store, start, end, "tenant3", 1000)),
+    ]
+    return out
+
+
+def _bucket(range_s: int) -> int:
+    for b in (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400):
+        if range_s / b <= 90:
+            return b
+    return 86400
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=10_000_000)
+    ap.add_argument("--tasks", type=int, default=1_000_000)
+    ap.add_argument("--days", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--cost-hours", type=float, default=0.0)
+    ap.add_argument("--ranges", default="1h,24h,7d")
+    args = ap.parse_args()
+
+    directory = ROOT / "benchmarks" / "results" / f"dashboard_store_{args.calls}"
+    marker = directory / ".built"
+    store = connect(f"chdb://{directory}", "bench")
+    migrate(store, retention_days=3650)
+    if not marker.exists():
+        build(store, args.calls, args.tasks, args.days, args.cost_hours)
+        marker.write_text("ok\n")
+    end = T0 + timedelta(days=args.days)
+    base = timed(lambda: store.query_df(_sql("bench_dashboard_baseline"), tag="bench.baseline"), args.reps)
+    base_p95 = p95(base)
+    print(f"\nbaseline (lifetime full-scan fleet tile over {args.calls:,} calls): "
+          f"p50 {statistics.median(base):.0f} ms, p95 {base_p95:.0f} ms\n")
+    ranges = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}
+    for label in args.ranges.split(","):
+        range_s = ranges[label]
+        print(f"--- range {label} ending at the data's end ---")
+        print(f"{'page':9} {'panel':40} {'p50 ms':>8} {'p95 ms':>8} {'x base':>7}  goal")
+        pages: dict[str, float] = {}
+        for page, name, fn in panels(store, end, range_s):
+            try:
+                values = timed(fn, args.reps)
+            except Exception as exc:  # a missing table in this build is reported, not fatal
+                print(f"{page:9} {name:40} failed: {str(exc)[:80]}")
+                continue
+            p50v, p95v = statistics.median(values), p95(values)
+            pages[page] = pages.get(page, 0.0) + p95v
+            ok = "ok" if p95v <= PANEL_GOAL_MS else "SLOW"
+            print(f"{page:9} {name:40} {p50v:8.1f} {p95v:8.1f} {p95v / base_p95:7.3f}  {ok}")
+        for page, total in pages.items():
+            ok = "ok" if total <= PAGE_GOAL_MS else "SLOW"
+            print(f"page {page:9} sum of panel p95s: {total:7.1f} ms  {ok}")
+        print()
+    store.close()
+
+
+if __name__ == "__main__":
+    main()

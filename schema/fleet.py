@@ -20,8 +20,9 @@ Defaults and their sources:
 * ``abandon_timeout_s`` = 1800: a task whose root span has not arrived 30 min after its last
   call is abandoned (must stay below the jobs' trailing window minus 10 min, so the verdict is
   reached while the task's minutes are still recomputed).
-* ``unknown_replica``: H100 x 1 — a replica seen in telemetry but missing here is priced as one
-  GPU of that type and flagged (``replica_minutes.in_fleet`` = 0).
+* ``unknown_replica``: H100 x 1 (the first listed GPU type when there is no H100) — a replica seen
+  in telemetry but missing here is priced as one GPU of that type and flagged
+  (``replica_minutes.in_fleet`` = 0).
 * ``jobs.window_s`` = 7200 (the issue's 2 h trailing window), ``jobs.max_call_s`` = 3600 (the
   longest call a window looks back for), ``jobs.task_lookback_s`` = 86400 (how far back a task's
   calls are summed).
@@ -137,7 +138,7 @@ class Fleet(_Strict):
 
     gpu_types: dict[str, GpuType] = Field(min_length=1)
     replicas: dict[str, Replica] = Field(default_factory=dict)
-    unknown_replica: Replica = Field(default_factory=lambda: Replica(gpu_type="H100", gpu_count=1))
+    unknown_replica: Replica | None = Field(default=None, description="default: H100 x 1, else the first GPU type x 1")
     allocation: Allocation = Field(default_factory=Allocation)
     slos: dict[str, Slo] = Field(default_factory=dict)
     abandon_timeout_s: int = Field(default=1800, ge=1)
@@ -154,6 +155,9 @@ class Fleet(_Strict):
     @model_validator(mode="after")
     def _cross_checks(self):
         problems = []
+        if self.unknown_replica is None:
+            default_type = "H100" if "H100" in self.gpu_types else next(iter(self.gpu_types))
+            self.unknown_replica = Replica(gpu_type=default_type, gpu_count=1)
         for replica_id, replica in self.replicas.items():
             if replica.gpu_type not in self.gpu_types:
                 problems.append(f"replicas.{replica_id}.gpu_type: {replica.gpu_type!r} is not one of gpu_types "

@@ -1,0 +1,60 @@
+"""The periodic cost jobs as refreshable materialized views, run by the embedded engine itself.
+
+Uses data a few minutes old (the views work on the wall clock), ``SYSTEM REFRESH VIEW`` /
+``SYSTEM WAIT VIEW`` through ``schema.jobs.refresh`` and checks the live -> history hand-over.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from schema import jobs
+from schema.queries import cost
+from tests import test_cost_support as support
+from tests.test_cost_support import Spans, fleet_yaml, metrics_up, sync
+
+
+def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
+    now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
+    base = now - timedelta(minutes=25)
+    monkeypatch.setattr(support, "T0", base)  # span builders place times relative to T0
+    # A 30-minute trailing window: minutes older than 20 min are copied to history on the next run.
+    sync(store, fleet_yaml(price=6.0, w_prefill=0.0) + "jobs: {window_s: 1800}\n")
+    metrics_up(store, "r1", [1, 18, 19])
+    sp = Spans()
+    sp.task("trA", "A", 50, 70)  # task A in minute 1 (25 min ago): will move to history
+    sp.call(task_id="A", start=61, end=65, prompt=0, output=10, trace="trA")
+    sp.task("trB", "B", 1080, 1190)  # task B in minutes 18-19 (7 min ago): stays live
+    sp.call(task_id="B", start=1081, end=1085, prompt=0, output=10, trace="trB")
+    sp.flush(store)
+
+    jobs.refresh(store)
+    state = jobs.status(store)
+    assert set(state["view"]) == set(jobs.REFRESH_VIEWS)
+    assert (state["exception"] == "").all(), state
+    clock = store.query("SELECT ws, we, window_s FROM job_clock", tag="test").result_rows
+    assert len(clock) == 1 and clock[0][2] == 1800 and clock[0][1] >= now
+    # first run: everything is computed into the live tables
+    assert store.scalar("SELECT count() FROM call_costs_live", tag="test") == 2
+    s = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
+    assert s["requests"] == 2 and s["useful_usd"] == pytest.approx(0.2, rel=1e-12)
+    assert s["spend_usd"] == pytest.approx(0.3, rel=1e-12)  # 3 up minutes x $0.10
+
+    # A late span of task B in minute 19 arrives; the next run absorbs it.
+    sp.call(task_id="B", step="2", start=1141, end=1145, prompt=0, output=30, trace="trB")
+    sp.flush(store)
+    jobs.refresh(store)
+    s = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
+    assert s["requests"] == 3 and s["useful_usd"] == pytest.approx(0.3, rel=1e-12)
+    assert s["successful_tasks"] == 2 and s["spend_usd"] == pytest.approx(0.3, rel=1e-12)
+    # ... while minute 1, older than window - 10 min, moved to history under the watermark
+    watermark = store.scalar("SELECT max(watermark) FROM cost_watermark", tag="test")
+    assert base + timedelta(minutes=2) <= watermark <= base + timedelta(minutes=18)
+    assert store.scalar("SELECT count() FROM call_costs_history", tag="test") == 1
+    assert store.scalar("SELECT count() FROM replica_minutes_history", tag="test") == 1
+    assert store.scalar("SELECT count() FROM tasks_history", tag="test") == 1
+    tasks = store.query_df("SELECT task_id, cost_usd FROM tasks ORDER BY task_id", tag="test")
+    assert tasks["task_id"].tolist() == ["A", "B"]
+    assert tasks["cost_usd"].tolist() == pytest.approx([0.1, 0.2], rel=1e-12)

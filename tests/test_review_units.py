@@ -208,3 +208,49 @@ def test_deliver_reports_failures_and_bad_settings(tmp_path):
     assert "SMTP host is empty" in result.results["smtp"] and "no SMTP recipient" in result.results["smtp"]
     with pytest.raises(ValueError, match="http"):
         deliver(html, md, week="w", title="t", webhook_url="ftp://x")
+
+
+def test_levers_hand_computed():
+    import pandas as pd
+
+    from app.review.levers import avoid_lever, delay_lever, move_lever, share_lever
+
+    # avoid: r2 hits 30 % of prompt tokens, r1 10 %; r1's $7 of prefill at r2's hit rate would have
+    # needed 0.7 / 0.9 of its uncached tokens: saving 7 x (1 - 0.7/0.9) = $1.5556.
+    pc = pd.DataFrame({"replica": ["r1", "r2"], "hit_tokens": [100.0, 300.0], "query_tokens": [1000.0, 1000.0]})
+    prefill = pd.DataFrame({"replica": ["r1", "r2"], "allocated_usd": [20.0, 20.0], "prefill_usd": [7.0, 5.0],
+                            "prompt_tok": [0, 0], "cached_tok": [0, 0]})
+    avoid = avoid_lever(pc, prefill)
+    assert avoid.measured == pytest.approx(0.2)
+    assert avoid.saving_usd == pytest.approx(7 * (1 - 0.7 / 0.9))
+    assert avoid.saving_usd == pytest.approx(1.5556, abs=1e-4)
+    assert avoid_lever(pd.DataFrame(), prefill).saving_usd is None  # nothing measured, nothing guessed
+
+    # share: H100 r1 + r2 carry 2 + 1 running requests; the largest p95 batch seen is 8 -> 1 replica
+    # needed of 2 -> half of their $20 spend; the lone A100 stays. Mean running per replica = 2.
+    occ = pd.DataFrame({"replica": ["r1", "r2", "r3"], "gpu_type": ["H100", "H100", "A100"],
+                        "running_mean": [2.0, 1.0, 3.0], "running_p95": [8.0, 4.0, 6.0],
+                        "running_points": [10, 10, 10], "waiting_mean": [1.0, 0.0, 0.5], "waiting_points": [10, 10, 10]})
+    by_replica = pd.DataFrame({"grp": ["r1", "r2", "r3"], "spend_usd": [10.0, 10.0, 20.0],
+                               "tokens": [3e6, 1e6, 2e6]})
+    share = share_lever(occ, by_replica)
+    assert share.measured == pytest.approx(2.0) and share.saving_usd == pytest.approx(10.0)
+
+    # move: r1 and r2 serve model m on H100 with 3M and 1M tokens for $10 each: group rate $5 per 1M;
+    # r2 paid $10 for $5 of balanced work -> $5; busiest / mean = 3M / 2M = 1.5.
+    load = pd.DataFrame({"replica": ["r1", "r2"], "model_name": ["m", "m"], "gpu": ["H100", "H100"],
+                         "requests": [100, 300], "queue_mean_s": [0.5, 0.1], "queue_p95_s": [2.0, 0.3],
+                         "queued_over_threshold": [10, 0]})
+    routing = pd.DataFrame({"kind": ["policy", "policy", "admission"], "name": ["least_loaded", "session_affinity", "rejected"],
+                            "n": [30, 10, 4], "replicas": [2, 2, 0], "failed": [0, 0, 0]})
+    move = move_lever(by_replica, load, routing)
+    assert move.measured == pytest.approx(1.5) and move.saving_usd == pytest.approx(5.0)
+    assert ("affinity routing", "25.0 % of gateway attempts") in move.detail
+
+    # delay: request-weighted queue time (100 x 0.5 + 300 x 0.1) / 400 = 0.2 s; overload waste =
+    # timeout $1.50 + http.429 $0.50 (http.500 is an engine fault, not overload).
+    errors = pd.DataFrame({"error_type": ["http.500", "timeout", "http.429", ""], "usd": [3.0, 1.5, 0.5, 9.0],
+                           "calls": [3, 2, 1, 5]})
+    delay = delay_lever(load, occ, errors, routing)
+    assert delay.measured == pytest.approx(0.2) and delay.saving_usd == pytest.approx(2.0)
+    assert ("admission rejected", "4") in delay.detail

@@ -230,3 +230,27 @@ def test_report_opens_offline_in_headless_chromium(scenario, tmp_path, artifacts
             browser.close()
     assert requested == [html_path.as_uri()]  # nothing but the file itself
     assert (artifacts / "review_2026-W48.png").stat().st_size > 10_000
+
+
+def test_dashboard_page_shows_the_same_review(scenario):
+    from streamlit.testing.v1 import AppTest
+
+    from app import store_provider
+
+    store, review, _ = scenario
+    # the page script alone (the router's other pages are the dashboard's tests), as a shared link opens it
+    page = str(Path(__file__).resolve().parents[1] / "app" / "pages" / "weekly_review.py")
+    store_provider.set_store(store)
+    try:
+        at = AppTest.from_file(page, default_timeout=120)
+        at.query_params["week"] = "2026-W48"
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.query_params["week"] == "2026-W48"
+        metrics = {m.label: m.value for m in at.metric}
+        assert metrics["Cost per successful task"] == fmt.usd(review.headline.cpst_usd.this)
+        assert metrics["Total spend"] == fmt.usd(review.headline.spend_usd.this)
+        assert at.selectbox(key="review_week").value == "2026-W48"
+        assert {h.value for h in at.header} >= {"Headline", "What changed", "Waste", "Incidents", "Levers"}
+    finally:
+        store_provider.clear()

@@ -72,7 +72,9 @@ def parse_mix(text: str | None) -> dict | None:
               help="Fault timeline (JSON/YAML list of {at_s, replica, kind, value, until_s}).")
 @click.option("--static", is_flag=True, help="Static batching instead of continuous (comparison).")
 @click.option("--no-prefix-caching", is_flag=True, help="Disable automatic prefix caching.")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the noise, faults and routing draws.")
+@click.option("--noise", default=0.0, show_default=True, type=float,
+              help="Step-time noise: sigma of a log-normal multiplier per engine step (0 = deterministic).")
 @click.option("--virtual", is_flag=True, help="Virtual time: simulate a fleet driven by a trace, as fast as possible.")
 @click.option("--trace", default="azure", show_default=True, type=click.Choice(["azure", "mooncake"]),
               help="Virtual: the public trace the workload is built from.")
@@ -89,7 +91,7 @@ def parse_mix(text: str | None) -> dict | None:
 @click.option("--metrics-interval", default=10.0, show_default=True, type=float,
               help="Virtual: seconds between metric points per replica.")
 def command(replicas, profile, base_port, host, otlp_endpoint, no_tracing, faults_file, static, no_prefix_caching,
-            seed, virtual, trace, duration, rate_scale, mix, policy, timeout_s, start, dest, metrics_interval):
+            seed, noise, virtual, trace, duration, rate_scale, mix, policy, timeout_s, start, dest, metrics_interval):
     """Run emulated vLLM replicas: live HTTP servers, or a virtual-time fleet replaying a trace."""
     from serving.emulator.faults import load_timeline
 
@@ -102,17 +104,18 @@ def command(replicas, profile, base_port, host, otlp_endpoint, no_tracing, fault
     if virtual:
         _virtual(settings, replicas, profile, faults, static, no_prefix_caching, seed, trace,
                  parse_duration(duration), rate_scale, parse_mix(mix), policy, timeout_s, start, dest, endpoint,
-                 metrics_interval)
+                 metrics_interval, noise)
     else:
         _live(replicas, profile, base_port, host, None if no_tracing else endpoint, faults, static,
-              no_prefix_caching, seed)
+              no_prefix_caching, seed, noise)
 
 
-def _live(n, profile, base_port, host, endpoint, faults, static, no_prefix, seed):
+def _live(n, profile, base_port, host, endpoint, faults, static, no_prefix, seed, noise):
     from serving.emulator.live import start_replicas
 
     fleet = start_replicas(n, profile, base_port=base_port, host=host, otlp_endpoint=endpoint, seed=seed,
-                           prefix_caching=not no_prefix, static=static)
+                           prefix_caching=not no_prefix, static=static,
+                           profile_overrides={"noise_sigma": noise} if noise else None)
     for r in fleet:
         click.echo(f"{r.replica_id}: {r.url}/v1  (metrics {r.url}/metrics, faults {r.admin})")
     click.echo(f"profile {profile}; spans -> {endpoint or 'off'}; Ctrl-C to stop")
@@ -127,7 +130,7 @@ def _live(n, profile, base_port, host, endpoint, faults, static, no_prefix, seed
 
 
 def _virtual(settings, n, profile, faults, static, no_prefix, seed, trace, duration_s, rate_scale, mix, policy,
-             timeout_s, start, dest, endpoint, metrics_interval):
+             timeout_s, start, dest, endpoint, metrics_interval, noise):
     from serving.emulator.fleet_sim import ReplicaSpec, simulate
     from serving.emulator.otlp import CallbackSink, OtlpHttpSink
     from serving.plans import RetryPolicy
@@ -171,7 +174,7 @@ def _virtual(settings, n, profile, faults, static, no_prefix, seed, trace, durat
     try:
         summ = simulate(plans(), fleet, start_time_ns=start_ns, policy=policy,
                         retry_policy=RetryPolicy(timeout_s=timeout_s), faults=faults, sink=sink, progress=True,
-                        seed=seed, metrics_interval_s=metrics_interval)
+                        seed=seed, metrics_interval_s=metrics_interval, noise_sigma=noise)
     finally:
         if store is not None:
             store.close()

@@ -59,7 +59,7 @@ import json, sys
 sys.path.insert(0, {root!r})
 from serving.gateway.server import ServerThread
 from serving.gateway.stub import Behaviour, StubUpstream
-stubs = [ServerThread(StubUpstream(f"stub-{{i}}", lambda req, h: Behaviour(tokens=1)), log_level="error").start()
+stubs = [ServerThread(StubUpstream(f"stub-{{i}}", lambda req, h: Behaviour(tokens=req.get("max_tokens", 1))), log_level="error").start()
          for i in range({n})]
 print(json.dumps([s.url for s in stubs]), flush=True)
 sys.stdin.read()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 
 import aiohttp
@@ -49,6 +50,18 @@ RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 # Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
 FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+# Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
+_NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
+_OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
+
+
+def _plain_token_event(data: bytes) -> bool:
+    return _NEEDS_DECODE.search(data) is None
+
+
+_carries_output = _OUTPUT.search
 
 
 def error_body(message: str, err_type: str, code: int) -> bytes:
@@ -373,6 +386,12 @@ class Gateway:
                         data = event[6:]
                         if data.startswith(b"[DONE]"):
                             saw_done = True
+                        elif usage.chunks and _plain_token_event(data):
+                            # Hot path: a token chunk with nothing else to read (no usage, finish,
+                            # error): count it without decoding JSON.
+                            usage.chunks += 1
+                            if _carries_output(data):
+                                usage.content_chunks += 1
                         else:
                             try:
                                 usage.feed(json.loads(data))

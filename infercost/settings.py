@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     receiver_port: int = Field(4318, ge=1, le=65535, description="OTLP/HTTP receiver port (OTLP default 4318).")
     ingest_token: str = Field("", description="If set, the receiver requires 'Authorization: Bearer <token>'.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Max request body after decompression (OTLP spec: 64 MiB).")
+    max_attribute_bytes: int = Field(64 * 1024, ge=256, description="Longer string/bytes attribute values are truncated (reported in partial_success).")
     batch_max_rows: int = Field(5000, ge=1, description="Writer flushes at this many rows ...")
     batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
     queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")

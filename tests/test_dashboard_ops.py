@@ -113,3 +113,22 @@ def test_filter_values_are_bound_not_formatted(tiny):
     store, w = tiny
     evil = "acme' OR 1=1 --"
     assert ops.fleet_tiles(store, w["start"], w["end"], {"tenant": evil}).current.requests == 0
+
+
+def test_wide_ranges_read_the_minute_rollups(tiny):
+    store, w = tiny
+    a, b = w["start"] - timedelta(hours=3), w["start"] + timedelta(hours=3)
+    assert ops.use_rollup(a, b, 3600)
+    assert not ops.use_rollup(a, b, 3600, {"tenant": "acme"})  # tenants need the raw rows' parents
+    assert not ops.use_rollup(w["start"], w["end"], 60) and not ops.use_rollup(a, b, 90)
+    s = ops.latency_series(store, a, b, 3600)
+    fleet = s[s["replica"] == ""].set_index("bucket")
+    ten = fleet.loc[datetime(2026, 11, 2, 10)]
+    # the same counts as the raw rows of the current window; t-digest quantiles on 4 values are exact
+    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"]) == (4, 42, 1)
+    assert ten["ttft_p95_s"] == pytest.approx(0.8) and ten["itl_p95_s"] == pytest.approx(0.26)
+    assert fleet.loc[datetime(2026, 11, 2, 9), "requests"] == 1
+    g = ops.gauge_series(store, a, b, 3600).set_index("bucket")
+    assert g.loc[datetime(2026, 11, 2, 10), "waiting"] == 4.0  # r1 1 + r2 3
+    assert g.loc[datetime(2026, 11, 2, 10), "kv_usage"] == pytest.approx(0.375)
+    assert g.loc[datetime(2026, 11, 2, 9), "waiting"] == 1.0  # r1 0 + r2 1 at 09:59

@@ -33,6 +33,10 @@ import pandas as pd
 from schema.queries import run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
+# Ranges at least this long read the per-minute pre-aggregations of migration 0050 (when the
+# bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
+# by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
+ROLLUP_MIN_RANGE_S = 6 * 3600
 
 
 def _utc(value: datetime) -> datetime:
@@ -277,17 +281,31 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     return out
 
 
+def use_rollup(start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> bool:
+    """True when a series over [start, end) reads the per-minute pre-aggregations (wide range,
+    whole-minute buckets, no tenant / task-type filter)."""
+    f = _filters(filters)
+    return ((_utc(end) - _utc(start)).total_seconds() >= ROLLUP_MIN_RANGE_S and int(bucket_s) % 60 == 0
+            and not f["tenant"] and not f["task_type"])
+
+
 def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> pd.DataFrame:
     """Windowed quantiles per time bucket (by request end), fleet rows (replica '') and per replica.
 
-    Columns: bucket (UTC), replica, requests, output_tokens, errors, ttft_p50_s, ttft_p95_s,
+    Columns: bucket (UTC), replica, requests, output_tokens_sum, errors, ttft_p50_s, ttft_p95_s,
     ttft_p99_s, itl_p95_s, e2e_p95_s (seconds), requests_per_s, output_tokens_per_s, error_rate.
+
+    Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 0050):
+    same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned.
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    df = _frame(run(store, "ops_latency_series", start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
-                    **_filters(filters)),
+    name = "ops_latency_series_rollup" if use_rollup(start, end, bucket_s, filters) else "ops_latency_series"
+    params = _filters(filters)
+    if name.endswith("_rollup"):
+        params = {"model": params["model"]}
+    df = _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), **params),
                 ["bucket", "replica", "requests", "output_tokens_sum", "errors", "ttft_q", "itl_p95_s", "e2e_p95_s"])
     q = df.pop("ttft_q") if len(df) else pd.Series(dtype=object)
     for i, name in enumerate(("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")):
@@ -299,11 +317,15 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
 
 
 def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> pd.DataFrame:
-    """Engine gauges per bucket: waiting and running (sums over replicas of bucket means), kv_usage (0..1)."""
+    """Engine gauges per bucket: waiting and running (sums over replicas of bucket means), kv_usage (0..1).
+
+    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050).
+    """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    return _frame(run(store, "ops_gauge_series", start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
+    name = "ops_gauge_series_rollup" if use_rollup(start, end, bucket_s) else "ops_gauge_series"
+    return _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
                       model=_filters(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
 
 
@@ -346,7 +368,8 @@ def ingest_status(store) -> IngestStatus:
 
 
 def filter_values(store, start: datetime, end: datetime) -> dict[str, list[str]]:
-    """Distinct ``models``, ``tenants`` and ``task_types`` in calls that started in [start, end) (≤ 200 each)."""
+    """Distinct ``models``, ``tenants`` and ``task_types`` in calls that started in the hours
+    overlapping [start, end) (≤ 200 each; from the hourly pre-aggregation ``ops_dims_hours``)."""
     start, end = _range(start, end)
     df = run(store, "ops_filter_values", start=_naive_utc(start), end=_naive_utc(end))
     if not len(df):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 
 import aiohttp
@@ -38,6 +37,8 @@ from serving.gateway.budget import RetryBudget
 from serving.gateway.config import GatewayConfig
 from serving.gateway.routing import Router
 from serving.gateway.scraper import scrape_loop
+from serving.gateway.sse import (carries_output, error_body, midstream_error_event, plain_token_event, read_body,
+                                 respond, retry_after_value)
 from serving.gateway.stats import GatewayStats, make_registry
 from serving.sdk.context import extract, inject_headers, task_attributes
 from serving.sdk.usage import StreamUsage
@@ -50,28 +51,6 @@ RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 # Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
 FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
 _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-
-
-# Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
-_NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
-_OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
-
-
-def _plain_token_event(data: bytes) -> bool:
-    return _NEEDS_DECODE.search(data) is None
-
-
-_carries_output = _OUTPUT.search
-
-
-def error_body(message: str, err_type: str, code: int) -> bytes:
-    """vLLM's error object (entrypoints/openai ErrorResponse): ``{"error": {message, type, param, code}}``."""
-    return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": code}}).encode()
-
-
-def midstream_error_event(message: str) -> bytes:
-    """The chunk vLLM sends when a stream fails after HTTP 200, followed by ``[DONE]``."""
-    return b"data: " + error_body(message, "InternalServerError", 500) + b"\n\ndata: [DONE]\n\n"
 
 
 class _AttemptFailed(Exception):
@@ -145,13 +124,13 @@ class Gateway:
                 await self.start()
             await self._proxy(scope, receive, send, PROXIED_PATHS[path])
         elif path == "/metrics":
-            await _respond(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
+            await respond(send, 200, generate_latest(self.registry), CONTENT_TYPE_LATEST.encode())
         elif path in ("/health", "/healthz"):
-            await _respond(send, 200, b'{"status":"ok"}')
+            await respond(send, 200, b'{"status":"ok"}')
         elif method == "GET" and path == "/v1/models":
             await self._models(send)
         else:
-            await _respond(send, 404, error_body(f"no route for {method} {path}", "NotFoundError", 404))
+            await respond(send, 404, error_body(f"no route for {method} {path}", "NotFoundError", 404))
 
     async def _lifespan(self, receive, send):
         while True:
@@ -170,14 +149,14 @@ class Gateway:
         replica = self.router.choose()
         try:
             async with self.client.get(replica.upstream.url + "/v1/models") as resp:
-                await _respond(send, resp.status, await resp.read())
+                await respond(send, resp.status, await resp.read())
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            await _respond(send, 502, error_body(f"replica {replica.replica_id}: {exc!r}", "BadGatewayError", 502))
+            await respond(send, 502, error_body(f"replica {replica.replica_id}: {exc!r}", "BadGatewayError", 502))
 
     # --- the proxy -----------------------------------------------------------------------------
     async def _proxy(self, scope, receive, send, operation: str):
         received_at = time.monotonic()
-        body = await _read_body(receive)
+        body = await read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         ctx = extract(headers)
         task_attrs = task_attributes(ctx)
@@ -194,7 +173,7 @@ class Gateway:
             except ValueError as exc:
                 span.set_attribute(sc.ERROR_TYPE, "invalid_request")
                 span.set_status(Status(StatusCode.ERROR, "invalid JSON body"))
-                await _respond(send, 400, error_body(f"invalid JSON body: {exc}", "BadRequestError", 400))
+                await respond(send, 400, error_body(f"invalid JSON body: {exc}", "BadRequestError", 400))
                 return
             model = request.get("model")
             stream = bool(request.get("stream"))
@@ -210,8 +189,8 @@ class Gateway:
                 span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 429)
                 span.set_attribute(sc.ERROR_TYPE, "admission_rejected")
                 span.set_status(Status(StatusCode.ERROR, str(rej)))
-                await _respond(send, 429, error_body(str(rej), "RateLimitError", 429),
-                               extra=[(b"retry-after", _retry_after(rej.retry_after_s))])
+                await respond(send, 429, error_body(str(rej), "RateLimitError", 429),
+                               extra=[(b"retry-after", retry_after_value(rej.retry_after_s))])
                 return
             span.set_attribute(sc.GATEWAY_ADMISSION, "admitted")
             try:
@@ -287,8 +266,8 @@ class Gateway:
             stats.requests[(cfg.policy, "no_replica")] += 1
             span.set_status(Status(StatusCode.ERROR, "no replica available"))
             span.set_attribute(sc.ERROR_TYPE, "no_replica")
-            await _respond(send, 503, error_body("no replica available", "ServiceUnavailableError", 503),
-                           extra=[(b"retry-after", _retry_after(cfg.retry_after_s))])
+            await respond(send, 503, error_body("no replica available", "ServiceUnavailableError", 503),
+                           extra=[(b"retry-after", retry_after_value(cfg.retry_after_s))])
             return
         stats.requests[(cfg.policy, "upstream_error")] += 1
         span.set_attribute(sc.ERROR_TYPE, failure.error_type)
@@ -300,7 +279,7 @@ class Gateway:
             payload = error_body(f"upstream failed: {failure.error_type}", "BadGatewayError", 502)
         span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
         extra = [(b"retry-after", failure.headers["retry-after"].encode())] if "retry-after" in failure.headers else []
-        await _respond(send, status, payload, extra=extra)
+        await respond(send, status, payload, extra=extra)
 
     async def _one_attempt(self, send, span, aspan, replica, up_headers, body, stream, received_at, receive,
                            operation) -> str | None:
@@ -352,7 +331,7 @@ class Gateway:
         except (ValueError, AttributeError):
             pass
         ttft = time.monotonic() - received_at
-        await _respond(send, status, payload)
+        await respond(send, status, payload)
         self._finish_ok(span, aspan, usage, status, ttft)
 
     async def _relay_stream(self, send, span, aspan, resp, received_at, receive, replica_id,
@@ -386,11 +365,11 @@ class Gateway:
                         data = event[6:]
                         if data.startswith(b"[DONE]"):
                             saw_done = True
-                        elif usage.chunks and _plain_token_event(data):
+                        elif usage.chunks and plain_token_event(data):
                             # Hot path: a token chunk with nothing else to read (no usage, finish,
                             # error): count it without decoding JSON.
                             usage.chunks += 1
-                            if _carries_output(data):
+                            if carries_output(data):
                                 usage.content_chunks += 1
                         else:
                             try:
@@ -473,32 +452,8 @@ def _end_error(aspan, error_type: str, status: int | None) -> None:
     aspan.end()
 
 
-def _retry_after(seconds: float) -> bytes:
-    # Retry-After is whole seconds (RFC 9110 §10.2.3); round up so a client never comes back early.
-    return str(max(int(-(-seconds // 1)), 0)).encode()
-
-
-async def _read_body(receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body"):
-            break
-    return b"".join(chunks)
-
-
 async def _read_quietly(resp: aiohttp.ClientResponse) -> bytes:
     try:
         return await resp.read()
     except (aiohttp.ClientError, asyncio.TimeoutError):
         return b""
-
-
-async def _respond(send, status: int, body: bytes, content_type: bytes = b"application/json", extra=None) -> None:
-    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
-    headers.extend(extra or ())
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})

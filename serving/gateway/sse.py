@@ -1,0 +1,57 @@
+"""HTTP/SSE pieces of the gateway: vLLM's error bodies, the mid-stream error event, event classification.
+
+Position: serving (gateway). Plain functions over bytes and raw ASGI ``send``/``receive``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
+NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
+OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
+
+
+def plain_token_event(data: bytes) -> bool:
+    """True when an event's JSON holds nothing to read but output (no usage, finish reason, error, tool call)."""
+    return NEEDS_DECODE.search(data) is None
+
+
+def carries_output(data: bytes) -> bool:
+    """True when an event's JSON carries non-empty output text (one token, in vLLM's one-token-per-chunk stream)."""
+    return OUTPUT.search(data) is not None
+
+
+def error_body(message: str, err_type: str, code: int) -> bytes:
+    """vLLM's error object (entrypoints/openai ErrorResponse): ``{"error": {message, type, param, code}}``."""
+    return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": code}}).encode()
+
+
+def midstream_error_event(message: str) -> bytes:
+    """The chunk vLLM sends when a stream fails after HTTP 200, followed by ``[DONE]``."""
+    return b"data: " + error_body(message, "InternalServerError", 500) + b"\n\ndata: [DONE]\n\n"
+
+
+def retry_after_value(seconds: float) -> bytes:
+    # Retry-After is whole seconds (RFC 9110 §10.2.3); round up so a client never comes back early.
+    return str(max(int(-(-seconds // 1)), 0)).encode()
+
+
+async def read_body(receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def respond(send, status: int, body: bytes, content_type: bytes = b"application/json", extra=None) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    headers.extend(extra or ())
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -48,6 +48,21 @@ class Settings(BaseSettings):
     dashboard_host: str = Field("127.0.0.1", description="Dashboard bind address.")
     dashboard_port: int = Field(8501, ge=1, le=65535, description="Dashboard port (Streamlit default).")
 
+    # Weekly cost review (app.review): `infercost review` and the optional schedule in `infercost up`.
+    review_schedule: bool = Field(False, description="Write (and deliver) the weekly review inside `infercost up`.")
+    review_weekday: int = Field(0, ge=0, le=6, description="Day of the weekly run, 0 = Monday (UTC).")
+    review_hour: int = Field(6, ge=0, le=23, description="Hour of the weekly run, UTC (default 06:00).")
+    review_out_dir: Path | None = Field(None, description="Where reviews are written. Default <data_dir>/reviews.")
+    review_webhook_url: str = Field("", description="POST each review here (JSON, 'text' = Markdown). '' = off.")
+    review_smtp_host: str = Field("", description="Mail each review via this SMTP host. '' = off.")
+    review_smtp_port: int = Field(587, ge=1, le=65535, description="SMTP port (587 STARTTLS, 465 implicit TLS).")
+    review_smtp_from: str = Field("infercost@localhost", description="Sender address of review mails.")
+    review_smtp_to: str = Field("", description="Recipients of review mails, comma-separated.")
+    review_smtp_user: str = Field("", description="SMTP login ('' = no authentication).")
+    review_smtp_password: str = Field("", description="SMTP password.")
+    review_smtp_starttls: bool = Field(True, description="Upgrade the SMTP connection with STARTTLS.")
+    review_smtp_ssl: bool = Field(False, description="Implicit TLS (port 465) instead of STARTTLS.")
+
     @field_validator("database")
     @classmethod
     def _identifier(cls, value: str) -> str:

@@ -254,3 +254,48 @@ def test_levers_hand_computed():
     delay = delay_lever(load, occ, errors, routing)
     assert delay.measured == pytest.approx(0.2) and delay.saving_usd == pytest.approx(2.0)
     assert ("admission rejected", "4") in delay.detail
+
+
+def test_weekly_scheduler_runs_the_due_week_and_stops(store, tmp_path):
+    from app.review.schedule import WeeklyScheduler
+
+    server = HTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hook.received.clear()
+    monday = datetime(2026, 11, 30, 6, 0, tzinfo=timezone.utc)  # a run is due right now
+    scheduler = WeeklyScheduler(store, tmp_path, webhook_url=f"http://127.0.0.1:{server.server_address[1]}/",
+                                clock=lambda: monday)
+    try:
+        scheduler.start()
+        for _ in range(600):  # wait for the one run (not a timing assertion: bounded polling)
+            if scheduler.stats.runs or scheduler.stats.failures:
+                break
+            threading.Event().wait(0.1)
+    finally:
+        scheduler.stop()
+        server.shutdown()
+    assert scheduler.stats.failures == 0, scheduler.stats.last_error
+    assert scheduler.stats.runs == 1 and scheduler.stats.last_week == "2026-W48"
+    assert scheduler.stats.next_run_at == datetime(2026, 12, 7, 6, 0, tzinfo=timezone.utc)
+    md = (tmp_path / "infercost-review-2026-W48.md").read_text()
+    assert "nothing to review" in md  # an empty store: the short report, not an error
+    assert _Hook.received[0]["week"] == "2026-W48"
+    with pytest.raises(ValueError, match="hour"):
+        WeeklyScheduler(store, tmp_path, hour=24)
+
+
+def test_scheduler_from_settings(tmp_path):
+    from infercost.commands.review import delivery_from_settings, scheduler_from_settings
+    from infercost.settings import load_settings
+
+    store = object()  # the scheduler touches the store only when it runs
+
+    assert scheduler_from_settings(store, load_settings(data_dir=tmp_path)) is None  # off by default
+    settings = load_settings(data_dir=tmp_path, review_schedule=True, review_weekday=2, review_hour=7,
+                             review_smtp_host="mail.example.com", review_smtp_to="a@example.com, b@example.com")
+    scheduler = scheduler_from_settings(store, settings)
+    assert scheduler.when == (2, 7, 0) and scheduler.out_dir == tmp_path / "reviews"
+    assert scheduler.smtp.to == ("a@example.com", "b@example.com") and scheduler.webhook_url is None
+    with pytest.raises(ValueError, match="no SMTP recipient"):
+        scheduler_from_settings(store, load_settings(review_schedule=True, review_smtp_host="mail"))
+    assert delivery_from_settings(load_settings(review_webhook_url="http://127.0.0.1:9/x"))[0] == "http://127.0.0.1:9/x"

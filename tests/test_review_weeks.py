@@ -184,13 +184,38 @@ def test_cli_writes_the_report_of_the_store(scenario, tmp_path, monkeypatch):
     # chdb://memory in this process is the same engine the fixture's store lives in
     monkeypatch.setenv("INFERCOST_CLICKHOUSE_URL", "chdb://memory")
     monkeypatch.setenv("INFERCOST_DATABASE", store.database)
-    result = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--out", str(tmp_path), "--no-run-jobs"])
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    received = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self):
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("INFERCOST_REVIEW_WEBHOOK_URL", f"http://127.0.0.1:{server.server_address[1]}/hook")
+    try:
+        result = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--out", str(tmp_path), "--no-run-jobs"])
+    finally:
+        server.shutdown()
     assert result.exit_code == 0, result.output
+    assert "delivered to webhook: ok" in result.output
+    assert received[0]["week"] == "2026-W48" and fmt.usd(review.headline.cpst_usd.this) in received[0]["text"]
     md = (tmp_path / "infercost-review-2026-W48.md").read_text()
     assert fmt.usd(review.headline.cpst_usd.this) in md and "2026-W47" in md
     assert (tmp_path / "infercost-review-2026-W48.html").is_file()
     bad = CliRunner().invoke(main, ["review", "--week", "2026-48", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "expected YYYY-Www" in bad.output
+    bad = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--smtp-host", "mail", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "no SMTP recipient" in bad.output
 
 
 def test_an_empty_week_is_a_short_report(scenario):

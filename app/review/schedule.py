@@ -1,8 +1,9 @@
 """Weekly schedule and delivery of the review (webhook, SMTP): helpers for ``infercost up``.
 
-``infercost up`` (the lead's wiring) calls :func:`next_run` to know when to wake, then
-:func:`app.review.write_report` for :func:`app.review.weeks.last_complete_week` and
-:func:`deliver` with the settings it reads. Nothing here reads the environment.
+``infercost up`` starts a :class:`WeeklyScheduler` (``infercost.commands.review.scheduler_from_settings``
+builds one from the settings): a named daemon thread that sleeps until :func:`next_run`, writes
+the review of :func:`app.review.weeks.last_complete_week` with :func:`app.review.write_report` and
+hands it to :func:`deliver`. Nothing here reads the environment.
 
 Webhook: one HTTP POST of JSON ``{"text": <markdown>, "week": "2026-W48", "title": ...,
 "markdown": ..., "html": ...}``; ``text`` makes it readable by Slack / Mattermost / Teams-style
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import smtplib
 import ssl
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from email.message import EmailMessage
@@ -152,3 +154,99 @@ def _send_mail(target: SmtpTarget, subject: str, markdown: str, html: str, filen
         if target.username:
             client.login(target.username, target.password)
         client.send_message(msg)
+
+
+@dataclass
+class ScheduledRun:
+    """One run of the scheduler: the week reviewed, the files written, what delivery did."""
+
+    week: str
+    html_path: Path
+    md_path: Path
+    delivery: DeliveryResult | None
+
+
+@dataclass
+class SchedulerStats:
+    """Counters of the scheduler (plain data; the service maps them to metrics if it wants)."""
+
+    runs: int = 0
+    failures: int = 0
+    last_week: str = ""
+    last_error: str = ""
+    next_run_at: datetime | None = None
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class WeeklyScheduler:
+    """Writes and delivers the review of the last complete week every week, in its own thread.
+
+    Args:
+        store: the service's store. out_dir: where the files go.
+        weekday, hour, minute: when (UTC), as :func:`next_run`. webhook_url, smtp: as :func:`deliver`.
+        clock: returns the current aware UTC datetime (tests inject a fixed one).
+
+    ``start()`` launches the thread ``infercost-review``; ``stop()`` wakes and joins it (idempotent).
+    A failed run (store down, disk full) is logged and counted; the next week runs as usual.
+    """
+
+    def __init__(self, store, out_dir: Path | str, *, weekday: int = 0, hour: int = 6, minute: int = 0,
+                 webhook_url: str | None = None, smtp: SmtpTarget | None = None, clock=_utcnow):
+        next_run(datetime(2026, 1, 1), weekday, hour, minute)  # validates the schedule now, not in the thread
+        self.store = store
+        self.out_dir = Path(out_dir)
+        self.when = (weekday, hour, minute)
+        self.webhook_url = webhook_url or None
+        self.smtp = smtp
+        self.clock = clock
+        self.stats = SchedulerStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run_once(self, now: datetime | None = None) -> ScheduledRun:
+        """Write the review of the last week complete at ``now`` and deliver it. Raises what
+        :func:`app.review.write_report` raises (StoreError, OSError); delivery failures are in the result."""
+        from app.review import write_report
+        from app.review.weeks import last_complete_week
+
+        now = now or self.clock()
+        week = last_complete_week(now)
+        html_path, md_path = write_report(self.store, week, self.out_dir, now=now)
+        delivery = None
+        if self.webhook_url or self.smtp:
+            delivery = deliver(html_path, md_path, week=week.label, title=f"Weekly cost review {week.label}",
+                               webhook_url=self.webhook_url, smtp=self.smtp)
+        self.stats.runs += 1
+        self.stats.last_week = week.label
+        return ScheduledRun(week.label, html_path, md_path, delivery)
+
+    def _loop(self) -> None:
+        last: datetime | None = None
+        while not self._stop.is_set():
+            now = self.clock()
+            # the first slot may be exactly now; after a run, the slot strictly after it
+            at = next_run(now - timedelta(seconds=1) if last is None else max(now, last), *self.when)
+            self.stats.next_run_at = at
+            if self._stop.wait(max(0.0, (at - now).total_seconds())):
+                break
+            try:
+                self.run_once(at)
+            except Exception as exc:  # a bad week must not kill the service's scheduler
+                self.stats.failures += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("weekly review run failed")
+            last = at
+
+    def start(self) -> "WeeklyScheduler":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="infercost-review", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -46,6 +46,42 @@ def _run_jobs(store, start: datetime, end: datetime) -> str:
     return ""
 
 
+def review_dir(settings) -> Path:
+    """Where reviews are written: ``review_out_dir`` or ``<data_dir>/reviews``."""
+    return settings.review_out_dir or settings.data_dir / "reviews"
+
+
+def delivery_from_settings(settings):
+    """``(webhook_url or None, SmtpTarget or None)`` from the ``review_*`` settings."""
+    from app.review.schedule import SmtpTarget
+
+    smtp = None
+    if settings.review_smtp_host:
+        smtp = SmtpTarget(
+            host=settings.review_smtp_host, port=settings.review_smtp_port, sender=settings.review_smtp_from,
+            to=tuple(a.strip() for a in settings.review_smtp_to.split(",") if a.strip()),
+            username=settings.review_smtp_user, password=settings.review_smtp_password,
+            starttls=settings.review_smtp_starttls and not settings.review_smtp_ssl, use_ssl=settings.review_smtp_ssl)
+    return settings.review_webhook_url or None, smtp
+
+
+def scheduler_from_settings(store, settings):
+    """The weekly review scheduler ``infercost up`` starts when ``review_schedule`` is on, else None.
+
+    Usage in ``up``: ``s = scheduler_from_settings(store, settings); s and s.start()``, and
+    ``s.stop()`` on shutdown. Raises ValueError for invalid SMTP settings (reported at start-up).
+    """
+    if not settings.review_schedule:
+        return None
+    from app.review.schedule import WeeklyScheduler
+
+    webhook_url, smtp = delivery_from_settings(settings)
+    if smtp is not None and smtp.problems():
+        raise ValueError("review SMTP settings: " + "; ".join(smtp.problems()))
+    return WeeklyScheduler(store, review_dir(settings), weekday=settings.review_weekday, hour=settings.review_hour,
+                           webhook_url=webhook_url, smtp=smtp)
+
+
 @click.command(name="review")
 @click.option("--week", "week_text", default=None, metavar="YYYY-Www",
               help="ISO week to review, e.g. 2026-W48 (default: the last complete week, UTC).")
@@ -54,18 +90,17 @@ def _run_jobs(store, start: datetime, end: datetime) -> str:
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
 @click.option("--run-jobs/--no-run-jobs", default=True, show_default=True,
               help="Recompute the cost jobs over both weeks first (idempotent).")
-@click.option("--webhook", "webhook_url", envvar="INFERCOST_REVIEW_WEBHOOK_URL", default=None,
-              help="POST the review to this webhook URL (JSON with 'text' = Markdown). Env INFERCOST_REVIEW_WEBHOOK_URL.")
-@click.option("--smtp-host", envvar="INFERCOST_REVIEW_SMTP_HOST", default=None, help="Mail the review via this SMTP host.")
-@click.option("--smtp-port", envvar="INFERCOST_REVIEW_SMTP_PORT", type=int, default=587, show_default=True)
-@click.option("--smtp-from", "smtp_from", envvar="INFERCOST_REVIEW_SMTP_FROM", default="infercost@localhost", show_default=True)
-@click.option("--smtp-to", envvar="INFERCOST_REVIEW_SMTP_TO", default=None,
-              help="Recipients, comma-separated. Env INFERCOST_REVIEW_SMTP_TO.")
-@click.option("--smtp-user", envvar="INFERCOST_REVIEW_SMTP_USER", default="")
-@click.option("--smtp-password", envvar="INFERCOST_REVIEW_SMTP_PASSWORD", default="",
-              help="Prefer the environment variable INFERCOST_REVIEW_SMTP_PASSWORD to the flag.")
-@click.option("--smtp-starttls/--no-smtp-starttls", default=True, show_default=True)
-@click.option("--smtp-ssl", is_flag=True, default=False, help="Implicit TLS (port 465) instead of STARTTLS.")
+@click.option("--webhook", "webhook_url", default=None,
+              help="POST the review to this webhook URL (JSON, 'text' = Markdown). Default INFERCOST_REVIEW_WEBHOOK_URL.")
+@click.option("--smtp-host", default=None, help="Mail the review via this SMTP host. Default INFERCOST_REVIEW_SMTP_HOST.")
+@click.option("--smtp-port", type=int, default=None, help="Default INFERCOST_REVIEW_SMTP_PORT (587).")
+@click.option("--smtp-from", "smtp_from", default=None, help="Default INFERCOST_REVIEW_SMTP_FROM.")
+@click.option("--smtp-to", default=None, help="Recipients, comma-separated. Default INFERCOST_REVIEW_SMTP_TO.")
+@click.option("--smtp-user", default=None, help="Default INFERCOST_REVIEW_SMTP_USER.")
+@click.option("--smtp-password", default=None,
+              help="Prefer the environment variable INFERCOST_REVIEW_SMTP_PASSWORD to this flag.")
+@click.option("--smtp-starttls/--no-smtp-starttls", default=None, help="Default INFERCOST_REVIEW_SMTP_STARTTLS (on).")
+@click.option("--smtp-ssl/--no-smtp-ssl", default=None, help="Implicit TLS (port 465). Default INFERCOST_REVIEW_SMTP_SSL.")
 def command(week_text, out_dir, clickhouse_url, run_jobs, webhook_url, smtp_host, smtp_port, smtp_from, smtp_to,
             smtp_user, smtp_password, smtp_starttls, smtp_ssl):
     """Write the weekly cost review of one ISO week (HTML + Markdown), optionally deliver it.
@@ -73,7 +108,7 @@ def command(week_text, out_dir, clickhouse_url, run_jobs, webhook_url, smtp_host
     Example: infercost review --week 2026-W48 --out reviews/
     """
     from app.review import BadWeek, last_complete_week, parse_week, write_report
-    from app.review.schedule import SmtpTarget, deliver
+    from app.review.schedule import deliver
     from schema.migrate import MigrationError, migrate
     from schema.store import StoreError, connect
 
@@ -82,20 +117,20 @@ def command(week_text, out_dir, clickhouse_url, run_jobs, webhook_url, smtp_host
         week = parse_week(week_text) if week_text else last_complete_week(now)
     except BadWeek as exc:
         raise click.BadParameter(str(exc), param_hint="--week") from exc
-    smtp = None
-    if smtp_host:
-        smtp = SmtpTarget(host=smtp_host, port=smtp_port, sender=smtp_from,
-                          to=tuple(a.strip() for a in (smtp_to or "").split(",") if a.strip()),
-                          username=smtp_user, password=smtp_password, starttls=smtp_starttls and not smtp_ssl,
-                          use_ssl=smtp_ssl)
-        problems = smtp.problems()
-        if problems:
-            raise click.UsageError("SMTP settings: " + "; ".join(problems))
+    try:
+        settings = load_settings(
+            clickhouse_url=clickhouse_url, review_webhook_url=webhook_url, review_smtp_host=smtp_host,
+            review_smtp_port=smtp_port, review_smtp_from=smtp_from, review_smtp_to=smtp_to,
+            review_smtp_user=smtp_user, review_smtp_password=smtp_password, review_smtp_starttls=smtp_starttls,
+            review_smtp_ssl=smtp_ssl)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    webhook_url, smtp = delivery_from_settings(settings)
+    if smtp is not None and smtp.problems():
+        raise click.UsageError("SMTP settings: " + "; ".join(smtp.problems()))
     if webhook_url and not webhook_url.startswith(("http://", "https://")):
         raise click.BadParameter(f"must be an http(s) URL, got {webhook_url!r}", param_hint="--webhook")
-
-    settings = load_settings(clickhouse_url=clickhouse_url)
-    out_dir = out_dir or settings.data_dir / "reviews"
+    out_dir = out_dir or review_dir(settings)
     try:
         store = connect(settings.store_url, settings.database)
         migrate(store, settings.retention_days)

@@ -158,3 +158,12 @@ def test_histogram_series_matches_individual_observations():
         b.observe(0.008 + 0.004 * j, 3)
     assert a.counts == b.counts and a.count == b.count == 90
     assert a.sum == pytest.approx(b.sum)
+
+
+def test_prompt_that_can_never_fit_is_rejected_not_stuck():
+    prof = get_profile("h100-llama-3.1-8b")
+    eng = Engine(prof, kv_blocks=100)  # 1,600 tokens
+    small, huge = EngineRequest("small", 200, 10, arrival=0.0), EngineRequest("huge", 5000, 10, arrival=0.0)
+    done = replay(eng, [huge, small])
+    assert {r.request_id: r.finish_reason for r in done} == {"huge": "error", "small": "stop"}
+    assert eng.stats.request_success["error"] == 1 and eng.idle()

@@ -252,3 +252,17 @@ def test_sharded_cells_cover_every_task_once():
     assert two.per_replica["r0"]["requests"] + two.per_replica["r2"]["requests"] == cell0
     with pytest.raises(ValueError, match="shards must be"):
         simulate_sharded(lambda: plans, fleet[:1], shards=2)
+
+
+def test_rejected_prompts_fail_over_as_http_500():
+    plans = chat_plans(40, rate=2.0, seed=5, prompt=(1500, 2000), out=(10, 20))
+    sink = MemorySink()
+    summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, seed=1, start_time_ns=T0,
+                    faults=[FaultEvent(0, "r0", "kv_cut", 0.999)], gateway_retries=0)  # r0 holds ~400 tokens
+    spans = by_name(sink)
+    errors = [a for _, _, a in spans["llm_request"] if a["gen_ai.response.finish_reasons"] == '["error"]']
+    failed = [a for _, _, a in spans["chat meta-llama/Llama-3.1-8B-Instruct"] if a.get("error.type") == "http.500"]
+    assert errors and len(failed) == len(errors)
+    # every failed attempt was retried, except the last one of each task that ran out of attempts
+    assert summ.client_retries == len(failed) - summ.tasks["failure"]
+    assert summ.tasks["success"] + summ.tasks["failure"] == 40 and summ.tasks["success"] > 30

@@ -143,6 +143,7 @@ class Engine:
         self.dec_shared = 0  # shared (prefix-cache) blocks referenced by decoding requests
         self.own_prefill = 0  # own blocks of requests in PREFILL
         self.heap: list = []
+        self.errored: list[EngineRequest] = []  # rejected at admission; returned by the next commit
         self.seq = 0
         self.pending: _Pending | None = None
         self.cache.clear()
@@ -392,9 +393,10 @@ class Engine:
                     self.waiting.popleft()
                     req.state = FINISHED
                     req.finish_reason = "error"
-                    req.finished = self.now
+                    req.finished = req.last_token = self.now
                     self.by_id.pop(req.request_id, None)
                     self.stats.request_success["error"] += 1
+                    self.errored.append(req)
                     continue
                 if self.used_blocks() + need + blocks + extra > self.cap_eff:
                     break
@@ -419,6 +421,12 @@ class Engine:
                 need += blocks
                 budget -= n
         if not self.running:
+            if self.errored:  # nothing to run, but rejections to report: an empty step
+                p = _Pending()
+                p.start, p.chunks, p.n_dec, p.prefill_tokens, p.t0, p.growth, p.k = self.now, (), 0, 0, 0.0, 0.0, 1
+                p.end = self.now
+                self.pending = p
+                return p.end
             return None
         # allocate this step's blocks now (eviction of cached blocks if needed)
         self._make_room()
@@ -493,7 +501,8 @@ class Engine:
     def commit(self, until: float | None = None) -> list[EngineRequest]:
         """Apply the planned run: all of it, or (``until`` given) up to the first step boundary
         at or after ``until``. Advances ``self.now``. Returns the requests that finished, with
-        ``finish_reason`` ``stop``/``length`` and timestamps set.
+        ``finish_reason`` ``stop``/``length`` and timestamps set, and those rejected when the run
+        was planned (``error``: a prompt that can never fit the KV cache, e.g. under ``kv_cut``).
         """
         p = self.pending
         if p is None:
@@ -506,7 +515,8 @@ class Engine:
         n = p.n_dec
         self.now = p.start + self._run_time(p.t0, p.growth, k)
         now = self.now
-        finished = []
+        finished = self.errored  # requests rejected when this step was planned (finish reason "error")
+        self.errored = []
         if n:
             self.S += k
             self.dec_now = self.dec_blocks(self.S) if k > 1 else self.dec_now + self.res[-self.S % self.block]

@@ -464,6 +464,11 @@ class FleetSimulator:
             return
         a.rep.outstanding -= 1
         req = a.req
+        if req.finish_reason == "error":  # vLLM turns finish reason "error" into HTTP 500
+            self.end_attempt(t, a, error_type="http.500", status=500, tokens=0, gw_error="http.500", finish=None,
+                             ttft=None)
+            self.after_failure(t, a, "http.500", 500)
+            return
         ttft = req.first_token + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S - a.t0 if req.first_token is not None else None
         self.end_attempt(t, a, error_type=None, status=200, tokens=req.out, gw_error=None, finish=req.finish_reason,
                          ttft=ttft)

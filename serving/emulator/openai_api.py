@@ -20,6 +20,7 @@ _ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 429: "TooManyReque
                 500: "InternalServerError", 502: "BadGatewayError", 503: "ServiceUnavailableError",
                 504: "GatewayTimeoutError"}
 CRASH_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+REJECT_MESSAGE = "The prompt does not fit in the KV cache of this replica."
 CHAT_TEMPLATE_TOKENS_PER_MESSAGE = 4  # Llama 3 chat template: header ids + eot per message
 
 

@@ -33,7 +33,7 @@ from starlette.routing import Route
 
 from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
-from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, error_body, error_response, output_tokens,
+from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, REJECT_MESSAGE, error_body, error_response, output_tokens,
                                          parse_prompt, sse_chunk, usage)
 from serving.emulator.profiles import Profile
 from serving.emulator.prom import exposition, make_registry
@@ -372,8 +372,9 @@ class ReplicaServer:
             while True:
                 await h.event.wait()
                 h.event.clear()
-                if h.crashed:
-                    yield "data: " + json.dumps(error_body(CRASH_MESSAGE, 500)) + "\n\n"
+                if h.crashed or (h.done and req.finish_reason == "error"):
+                    msg = CRASH_MESSAGE if h.crashed else REJECT_MESSAGE
+                    yield "data: " + json.dumps(error_body(msg, 500)) + "\n\n"
                     yield "data: [DONE]\n\n"
                     return
                 n = self._n_out(h)
@@ -411,6 +412,8 @@ class ReplicaServer:
                 waiter.cancel()
         if h.crashed:
             return error_response(CRASH_MESSAGE, 500, headers=headers)
+        if req.finish_reason == "error":
+            return error_response(REJECT_MESSAGE, 500, headers=headers)
         text = "".join(_WORDS[i % len(_WORDS)] for i in range(1, req.out + 1))
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},

@@ -92,6 +92,7 @@ def test_spool_replays_after_reopen_and_cuts_a_torn_tail(tmp_path):
 
 _PROC = """
 import json, sys, time
+from pathlib import Path
 sys.path.insert(0, {root!r})
 from collectors.receiver import Receiver, ReceiverConfig
 from schema.migrate import migrate

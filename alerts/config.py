@@ -66,11 +66,14 @@ class QueueConfig:
     Rising = each bucket above the one before by at least ``min_step`` requests (``min_step_s`` for
     queue time) and the newest at least ``min_waiting`` requests (``min_queue_p95_s``), so jitter
     around an empty queue never fires. Clears when the newest bucket is back to ``clear_waiting``
-    requests and ``clear_queue_p95_s`` (queues back to an idle fleet's level). Our defaults.
+    requests and ``clear_queue_p95_s`` (queues back to an idle fleet's level). Our defaults;
+    ``windows`` 2 (not more): in the emulator scenarios a slow replica's queue fills within ~2 min
+    and then plateaus, since clients time out and abort what waited too long (the queue is bounded
+    by arrival rate x client timeout), so a third rising minute often never comes.
     """
 
     bucket_s: int = 60
-    windows: int = 3
+    windows: int = 2
     min_step: float = 0.5
     min_waiting: float = 4.0
     min_step_s: float = 0.25

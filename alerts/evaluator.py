@@ -13,7 +13,9 @@ table or notifying never raises out of ``step``.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
@@ -35,6 +37,17 @@ def _aware(now: datetime) -> datetime:
     if now.tzinfo is None:
         return now.replace(tzinfo=timezone.utc)
     return now.astimezone(timezone.utc)
+
+
+def _py(value):
+    """A pandas cell as a plain Python value (NaT/NaN -> None, Timestamp -> datetime)."""
+    if value is None:
+        return None
+    if hasattr(value, "to_pydatetime"):
+        return None if str(value) == "NaT" else value.to_pydatetime()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 def evaluate(store, now: datetime, config: AlertConfig | None = None) -> dict[str, list[Signal]]:
@@ -93,6 +106,33 @@ class Evaluator:
         self.for_s = {RULE_DEGRADATION: c.degradation.for_s, RULE_RETRY: c.retry.for_s, RULE_QUEUE: c.queue.for_s,
                       RULE_SATURATION: c.saturation.for_s, RULE_CASCADE: c.cascade.for_s, RULE_SLO: c.slo.for_s,
                       RULE_INGESTION: c.ingestion.for_s}
+
+    def restore(self) -> int:
+        """Resume the alerts left pending/firing in the ``alerts`` table (e.g. before a restart), so they
+        resolve normally instead of staying open forever or firing twice. Returns how many were
+        restored; a store error restores nothing (logged)."""
+        try:
+            active = q.active_alerts(self.store)
+        except StoreError as exc:
+            log.warning("could not restore active alerts: %s", exc)
+            return 0
+        for row in active.to_dict("records"):
+            try:
+                evidence = json.loads(row["evidence"] or "{}")
+            except ValueError:
+                evidence = {}
+            alert = Alert(rule=row["rule"], key=row["alert_key"], severity=row["severity"], replica=row["replica"],
+                          state=State(row["state"]), started_at=_aware(_py(row["started_at"])),
+                          fired_at=_aware(_py(row["fired_at"])) if _py(row["fired_at"]) else None,
+                          summary=row["summary"], description=row["description"],
+                          figures=evidence.get("figures") or {}, onset=evidence.get("onset") or {},
+                          labels=dict(row["labels"] or {}),
+                          est_cost_usd=None if _py(row["est_cost_usd"]) is None else float(row["est_cost_usd"]),
+                          cost_source=row["cost_source"] or "")
+            self.lifecycle.active[(alert.rule, alert.key)] = alert
+            if alert.rule == RULE_RETRY and alert.figures.get("baselines") is not None:
+                self.retry_baseline = dict(alert.figures["baselines"])
+        return len(active)
 
     # -- one evaluation -------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 
 ``AlertService(store, config, receiver_stats=None, notifiers=None)``; ``start()`` runs
 ``step(now=wall clock)`` every ``config.interval_s`` on the thread ``infercost-alerts``;
-``stop()`` is idempotent and drains pending deliveries; ``step(now)`` runs one evaluation in the
+``start()`` first resumes alerts left open in the table by a previous run; ``stop()`` is idempotent and drains pending deliveries; ``step(now)`` runs one evaluation in the
 caller's thread (tests, ``--once``). Exceptions inside a step are logged and counted, never fatal.
 """
 
@@ -42,6 +42,7 @@ class AlertService:
         self.evaluator = Evaluator(store, self.config, self.dispatcher, receiver_stats)
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self.failures = 0
+        self._restored = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -51,10 +52,19 @@ class AlertService:
         with self._lock:
             return self.evaluator.step(now or self.clock())
 
+    def restore(self) -> int:
+        """Resume alerts left open in the ``alerts`` table by a previous run (once). Returns the count."""
+        if self._restored:
+            return 0
+        self._restored = True
+        with self._lock:
+            return self.evaluator.restore()
+
     def start(self) -> "AlertService":
         """Start the background loop (thread ``infercost-alerts``); a second call does nothing."""
         if self._thread is not None:
             return self
+        self.restore()
         if self.dispatcher is not None:
             self.dispatcher.start()
         self._thread = threading.Thread(target=self._loop, name="infercost-alerts", daemon=True)

@@ -122,7 +122,8 @@ def test_queue_growth_rising_then_plateau(store):
     assert {b: v["waiting"] for b, v in series.items()} == {3: 0.0, 2: 2.0, 1: 4.0, 0: 6.0}
     assert series[0]["replicas"] == 2
     signal = rules.queue_signals(store, T0, AlertConfig())[0]
-    assert signal.level is Level.FIRE and signal.figures["waiting_series"] == [0.0, 2.0, 4.0, 6.0]
+    # default: rising over 2 consecutive 1-min windows (3 buckets: 2 -> 4 -> 6)
+    assert signal.level is Level.FIRE and signal.figures["waiting_series"] == [2.0, 4.0, 6.0]
 
     cfg = AlertConfig().queue
     plateau = rules.queue_from_series({b: {"waiting": 6.0, "replicas": 2} for b in range(4)}, {}, cfg)

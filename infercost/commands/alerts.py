@@ -102,6 +102,9 @@ def command(once, at, interval, webhook, slack, alertmanager, clickhouse_url, da
 
     service = AlertService(store, config, notifiers=notifiers)
     try:
+        restored = service.restore()
+        if restored:
+            click.echo(f"resumed {restored} open alert(s) from the alerts table")
         if once:
             _echo_transitions(service.step(when))
             active = [a for a in service.evaluator.lifecycle.active.values()]

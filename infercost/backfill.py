@@ -1,0 +1,127 @@
+"""Backfill days of fleet telemetry in virtual time, straight into the store (the demo's history).
+
+Drives the emulator's fleet simulator (``serving.emulator.fleet_sim``) with task plans replayed from
+the Azure 2023 conversation trace, hour by hour with a diurnal load curve, and hands its OTLP
+messages to the receiver's in-process decode path (``collectors.ingest``). One scripted incident
+(a replica slowed down) gives the alerts and the weekly review something to find.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+HOUR = 3600.0
+
+
+def diurnal_factor(at: datetime) -> float:
+    """Relative load at ``at`` (UTC): a daily curve peaking at 15:00, 0.3 of peak at night, weekends 0.6x.
+
+    Shape only (no source beyond the common daily cycle of interactive services); the Azure trace
+    itself covers one hour, so each hour replays it at ``base_rate x diurnal_factor``.
+    """
+    daily = 0.3 + 0.7 * (0.5 + 0.5 * math.cos(2 * math.pi * (at.hour + at.minute / 60 - 15) / 24))
+    return daily * (0.6 if at.weekday() >= 5 else 1.0)
+
+
+@dataclass
+class BackfillPlan:
+    """What to simulate: ``[start, end)`` UTC, the base call-rate scale of the trace, the fleet, faults."""
+
+    start: datetime
+    end: datetime
+    rate_scale: float
+    fleet: list  # list[serving.emulator.fleet_sim.ReplicaSpec]
+    faults: list = field(default_factory=list)  # FaultEvent, at_s/until_s in seconds from start
+    seed: int = 0
+    mix: dict | None = None
+    data_dir: str | None = None
+    retry_policy: object | None = None
+    metrics_interval_s: float = 60.0  # one scrape a minute: replica up-time is per minute
+
+    @property
+    def hours(self) -> int:
+        return int(math.ceil((self.end - self.start).total_seconds() / HOUR))
+
+
+def hourly_plans(plan: BackfillPlan):
+    """Yield TaskPlans sorted by arrival (seconds from ``plan.start``), built hour by hour (lazy)."""
+    from serving.workloads import build_plans
+
+    for hour in range(plan.hours):
+        at = plan.start + timedelta(hours=hour)
+        rate = plan.rate_scale * diurnal_factor(at)
+        offset = hour * HOUR
+        for p in build_plans("azure", plan.data_dir, plan.mix, rate_scale=rate, duration_s=HOUR,
+                             seed=plan.seed * 100_003 + hour):
+            yield dataclasses.replace(p, arrival_s=p.arrival_s + offset, task_id=f"{p.task_id}-{hour:04d}")
+
+
+class _Batcher:
+    """Merges the simulator's OTLP messages into large requests before ingesting them.
+
+    Each insert into the embedded store has a fixed cost (and chDB serialises calls), so one insert
+    per ~50k spans instead of one per simulator batch or metric tick keeps the backfill fast.
+    """
+
+    def __init__(self, store, max_spans: int = 50_000, max_metric_requests: int = 400):
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        self.store, self.max_spans, self.max_metric_requests = store, max_spans, max_metric_requests
+        self._trace_cls, self._metric_cls = ExportTraceServiceRequest, ExportMetricsServiceRequest
+        self.traces, self.metrics = ExportTraceServiceRequest(), ExportMetricsServiceRequest()
+        self.spans = self.metric_requests = 0
+        self.rejected = 0
+
+    def __call__(self, request) -> None:
+        if isinstance(request, self._trace_cls):
+            self.traces.resource_spans.extend(request.resource_spans)
+            self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        else:
+            self.metrics.resource_metrics.extend(request.resource_metrics)
+            self.metric_requests += 1
+        if self.spans >= self.max_spans or self.metric_requests >= self.max_metric_requests:
+            self.flush()
+
+    def flush(self) -> None:
+        from collectors.ingest import ingest_metrics, ingest_traces
+
+        if self.spans:
+            self.rejected += ingest_traces(self.store, self.traces).rejected
+            self.traces, self.spans = self._trace_cls(), 0
+        if self.metric_requests:
+            self.rejected += ingest_metrics(self.store, self.metrics).rejected
+            self.metrics, self.metric_requests = self._metric_cls(), 0
+
+
+def estimate_tasks(plan: BackfillPlan) -> int:
+    """Tasks the backfill will simulate, estimated from one hour of plans (sizes the progress bar)."""
+    from serving.workloads import build_plans
+
+    one_hour = len(build_plans("azure", plan.data_dir, plan.mix, rate_scale=plan.rate_scale, duration_s=HOUR,
+                               seed=plan.seed))
+    weight = sum(diurnal_factor(plan.start + timedelta(hours=h)) for h in range(plan.hours))
+    return max(1, int(one_hour * weight))
+
+
+def run_backfill(store, plan: BackfillPlan, progress: bool = True):
+    """Simulate ``plan`` and insert its spans and metric points into ``store``.
+
+    Returns the simulator's ``SimSummary``. Raises ValueError for a bad fleet or fault; StoreError
+    when the store refuses the rows.
+    """
+    from serving.emulator.fleet_sim import simulate
+
+    batch = _Batcher(store)
+    start_ns = int(plan.start.replace(tzinfo=plan.start.tzinfo or timezone.utc).timestamp()) * 1_000_000_000
+    summary = simulate(hourly_plans(plan), plan.fleet, start_time_ns=start_ns, policy="least_loaded",
+                       retry_policy=plan.retry_policy, faults=plan.faults, sink=batch, progress=progress,
+                       seed=plan.seed, metrics_interval_s=plan.metrics_interval_s,
+                       total=estimate_tasks(plan))
+    batch.flush()
+    if batch.rejected:
+        raise RuntimeError(f"the receiver's decode path rejected {batch.rejected} simulated spans or points")
+    return summary

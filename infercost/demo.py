@@ -1,0 +1,283 @@
+"""``infercost demo``: the whole product on emulated GPUs and a real public trace, in one process.
+
+1. The embedded store (``<data dir>/demo``), migrated; the demo fleet (2x H100, 2x A100 replicas,
+   with an H100 price cut three days ago) synced from ``demo_fleet.yaml``.
+2. History: the previous N days simulated in virtual time (``infercost.backfill``), with one
+   scripted incident (replica-2 slowed 3x for 20 minutes, three hours ago); the cost jobs run
+   over it and the alert evaluator is replayed over the incident hours.
+3. Live: the OTLP receiver, 4 emulated replicas (OpenAI API, /metrics, spans), the /metrics
+   scraper, the instrumented gateway, the task workload replaying the Azure 2023 conversation
+   trace through the task SDK, the cost jobs (refreshable materialized views), the alert evaluator
+   and the dashboard. A scripted incident slows replica-2 down 3x a few minutes in.
+4. Ctrl-C (or ``--duration``) stops everything cleanly and prints a summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+import string
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from infercost.service import Service, open_store, sync_fleet
+from infercost.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+# replica id -> (emulator profile, GPU type); the demo fleet file prices the same ids.
+REPLICAS = {
+    "replica-0": ("h100-llama-3.1-8b", "H100"),
+    "replica-1": ("h100-llama-3.1-8b", "H100"),
+    "replica-2": ("a100-llama-3.1-8b", "A100"),
+    "replica-3": ("a100-llama-3.1-8b", "A100"),
+}
+MIX = {"chat": 0.6, "copilot": 0.3, "research_agent": 0.1}
+
+
+@dataclass
+class DemoOptions:
+    """The demo's knobs (CLI flags). Times in seconds; rate scales multiply the trace's call rate."""
+
+    duration_s: float | None = None  # None: until Ctrl-C
+    backfill_days: float = 7.0
+    reset: bool = False
+    backfill_rate_scale: float = 0.05
+    live_rate_scale: float = 0.05
+    incident_after_s: float = 180.0
+    incident_replica: str = "replica-2"
+    incident_factor: float = 3.0
+    incident_length_s: float = 600.0
+    client_timeout_s: float = 20.0
+    seed: int = 0
+    summary_json: Path | None = None
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(second=0, microsecond=0)
+
+
+def _retry_policy(timeout_s: float):
+    from serving.plans import RetryPolicy
+
+    # Clients time out and retry: what turns one slow GPU into a cascade.
+    return RetryPolicy(max_attempts=3, backoff_base_s=0.5, backoff_max_s=8.0, timeout_s=timeout_s,
+                       give_up_after_failed_steps=1)
+
+
+def demo_fleet_file(data_dir: Path, now: datetime) -> Path:
+    """Write the demo fleet (price cut dated three days before ``now``) under ``data_dir``; returns its path."""
+    template = string.Template((Path(__file__).with_name("demo_fleet.yaml")).read_text())
+    path = data_dir / "fleet.yaml"
+    path.write_text(template.substitute(price_change_date=(now - timedelta(days=3)).date().isoformat()))
+    return path
+
+
+def backfill_history(store, options: DemoOptions, now: datetime, echo=print) -> dict:
+    """Simulate ``options.backfill_days`` before ``now`` into the store, run the jobs and replay the alerts."""
+    from alerts.service import AlertService
+    from infercost.backfill import BackfillPlan, run_backfill
+    from schema import jobs
+    from serving.emulator.faults import FaultEvent
+    from serving.emulator.fleet_sim import ReplicaSpec
+
+    start = now - timedelta(days=options.backfill_days)
+    end = now - timedelta(minutes=15)  # tasks still running at the end finish before live starts
+    span_s = (end - start).total_seconds()
+    incident_at = max(0.0, span_s - 3 * 3600)
+    faults = [FaultEvent(incident_at, options.incident_replica, "slowdown", options.incident_factor,
+                         incident_at + 1200)]
+    plan = BackfillPlan(start=start, end=end, rate_scale=options.backfill_rate_scale,
+                        fleet=[ReplicaSpec(rid, profile, gpu) for rid, (profile, gpu) in REPLICAS.items()],
+                        faults=faults, seed=options.seed, mix=MIX,
+                        retry_policy=_retry_policy(options.client_timeout_s))
+    echo(f"backfill: simulating {options.backfill_days:g} day(s) of the fleet in virtual time "
+         f"({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC), incident on {options.incident_replica} "
+         f"at {start + timedelta(seconds=incident_at):%Y-%m-%d %H:%M} UTC")
+    began = time.monotonic()
+    summary = run_backfill(store, plan, progress=True)
+    echo(f"backfill: {sum(summary.tasks.values())} tasks, {summary.calls} calls, {summary.spans} spans, "
+         f"{summary.metric_points} metric points in {time.monotonic() - began:.0f} s")
+    echo("cost jobs: recomputing the backfilled window ...")
+    jobs.run_jobs(store, start=start, end=now)
+    replay_from = start + timedelta(seconds=incident_at) - timedelta(minutes=30)
+    replay_to = min(now, start + timedelta(seconds=incident_at + 1200) + timedelta(minutes=60))
+    echo(f"alerts: replaying the evaluator minute by minute over {replay_from:%H:%M} .. {replay_to:%H:%M} UTC")
+    service = AlertService(store)
+    t = replay_from
+    while t <= replay_to:
+        service.step(now=t)
+        t += timedelta(minutes=1)
+    return {"tasks": summary.tasks, "calls": summary.calls, "spans": summary.spans}
+
+
+class LoadThread:
+    """Runs the live task workload (``serving.workloads.run_live``) on its own event loop thread."""
+
+    def __init__(self, plans, base_url: str, policy, tracer_provider):
+        self.plans, self.base_url, self.policy, self.tracer_provider = plans, base_url, policy, tracer_provider
+        self.loop = asyncio.new_event_loop()
+        self.report = None
+        self._task = None
+        self.thread = threading.Thread(target=self._run, name="infercost-demo-load", daemon=True)
+
+    def _run(self):
+        from serving.workloads import run_live
+
+        asyncio.set_event_loop(self.loop)
+        self._task = self.loop.create_task(run_live(self.plans, self.base_url, policy=self.policy,
+                                                    tracer_provider=self.tracer_provider))
+        try:
+            self.report = self.loop.run_until_complete(self._task)
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # the demo keeps running its other parts
+            log.exception("the demo workload stopped with an error")
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def stop(self):
+        if self._task is not None and not self._task.done():
+            self.loop.call_soon_threadsafe(self._task.cancel)
+        self.thread.join(15)
+        if self.tracer_provider is not None:
+            self.tracer_provider.shutdown()
+
+
+class _Stoppable:
+    def __init__(self, fn):
+        self.stop = fn
+
+
+def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
+    """Run the demo until ``options.duration_s`` passes or Ctrl-C; returns the final summary dict."""
+    from app.server import serve
+    from collectors.scraper import ScrapeTarget, Scraper
+    from schema import jobs
+    from serving.emulator.live import start_replicas
+    from serving.gateway import Gateway, GatewayConfig
+    from serving.gateway.config import Upstream
+    from serving.gateway.server import ServerThread
+    from serving.sdk.telemetry import make_tracer_provider
+    from serving.workloads import build_plans
+
+    data_dir = Path(settings.data_dir) / "demo"
+    if options.reset and data_dir.exists():
+        echo(f"reset: removing {data_dir}")
+        shutil.rmtree(data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = settings.model_copy(update={"data_dir": data_dir})
+    now = utcnow()
+    store = open_store(settings, echo=echo)
+    sync_fleet(store, demo_fleet_file(data_dir, now), echo=echo)
+
+    had_history = bool(store.scalar("SELECT count() > 0 FROM otel_traces", tag="demo.has_history"))
+    if options.backfill_days > 0 and not had_history:
+        backfill_history(store, options, now, echo)
+    elif had_history:
+        echo(f"reusing the data in {data_dir} (pass --reset to start over)")
+
+    service = Service(store, settings)
+    live_started = utcnow()
+    receiver = service.start_receiver()
+    otlp = f"http://{settings.receiver_host}:{receiver.port}"
+    fleets = []
+    for profile in dict.fromkeys(p for p, _ in REPLICAS.values()):
+        ids = [rid for rid, (p, _) in REPLICAS.items() if p == profile]
+        fleets.append(start_replicas(len(ids), profile, ids=ids, otlp_endpoint=otlp, seed=options.seed))
+    replicas = {r.replica_id: r for fleet in fleets for r in fleet}
+    service.extra.extend(fleets)
+    service.scraper = Scraper([ScrapeTarget(f"{r.url}/metrics", rid, REPLICAS[rid][1], 1, MODEL)
+                               for rid, r in replicas.items()], store, interval_s=5.0)
+    service.scraper.start()
+    gateway_provider = make_tracer_provider("infercost-gateway", otlp_endpoint=otlp)
+    gateway = ServerThread(Gateway(GatewayConfig([Upstream(rid, r.url) for rid, r in replicas.items()],
+                                                 policy="least_loaded"), tracer_provider=gateway_provider)).start()
+    service.extra.append(_Stoppable(lambda: (gateway.stop(), gateway_provider.shutdown())))
+    horizon = options.duration_s or 24 * 3600
+    plans = build_plans("azure", None, MIX, rate_scale=options.live_rate_scale, duration_s=horizon,
+                        seed=options.seed + 1, start_offset_s=0)
+    load = LoadThread(plans, f"{gateway.url}/v1", _retry_policy(options.client_timeout_s),
+                      make_tracer_provider("infercost-demo-client", otlp_endpoint=otlp)).start()
+    service.extra.append(load)
+    jobs.start(store)
+    service.start_alerts()
+    dashboard = serve(store, settings.dashboard_host, settings.dashboard_port, block=False,
+                      otlp_endpoint=f"{otlp}/v1/traces")
+    service.extra.insert(0, dashboard)
+
+    incident = replicas[options.incident_replica]
+    timer = threading.Timer(options.incident_after_s, lambda: (
+        incident.set_fault("slowdown", options.incident_factor, options.incident_length_s),
+        echo(f"incident: {options.incident_replica} is now {options.incident_factor:g}x slower for "
+             f"{options.incident_length_s:.0f} s; watch Alerts and Live operations")))
+    timer.daemon = True
+    timer.start()
+    echo("")
+    echo(f"  dashboard      {dashboard.url}   (Live operations, Cost per successful task, Triangle, Tasks, Alerts, Weekly review)")
+    echo(f"  OTLP receiver  {otlp}/v1/traces   (receiver metrics: {otlp}/metrics)")
+    echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; 4 emulated replicas behind it)")
+    echo(f"  incident       {options.incident_replica} slowed {options.incident_factor:g}x in "
+         f"{options.incident_after_s:.0f} s: the cascade alert should name it")
+    echo("  Ctrl-C stops everything." if options.duration_s is None else f"  stopping in {options.duration_s:.0f} s.")
+    deadline = time.monotonic() + options.duration_s if options.duration_s else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        echo("\nstopping ...")
+    finally:
+        timer.cancel()
+        service.stop()
+    # The last minutes: run the jobs once more so the summary includes them.
+    jobs.run_jobs(store, start=live_started - timedelta(hours=2), end=utcnow() + timedelta(minutes=1))
+    service.alerts = None
+    summary = final_summary(store, now - timedelta(days=max(options.backfill_days, 0)) if not had_history else None,
+                            utcnow() + timedelta(minutes=1))
+    print_summary(summary, echo)
+    if options.summary_json:
+        Path(options.summary_json).write_text(json.dumps(summary, indent=2, default=str))
+    store.close()
+    return summary
+
+
+def final_summary(store, start: datetime | None, end: datetime) -> dict:
+    """Spans ingested, rows per table, tasks by outcome, CPST, and alerts fired, from named queries."""
+    from schema import queries
+    from schema.queries import alerts as alert_queries
+    from schema.queries import cost
+
+    counts = queries.run(store, "demo_table_counts")
+    start = start or end - timedelta(days=7)
+    overall = cost.period_summary(store, start, end)
+    row = overall.iloc[0].to_dict() if len(overall) else {}
+    fired = alert_queries.alerts_in_period(store, start, end)
+    return {
+        "window": [start.isoformat(), end.isoformat()],
+        "tables": dict(zip(counts["table"], (int(v) for v in counts["rows"]))),
+        "summary": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in row.items()},
+        "alerts": fired.to_dict(orient="records") if len(fired) else [],
+    }
+
+
+def print_summary(summary: dict, echo=print) -> None:
+    s = summary["summary"]
+    echo("")
+    echo("summary")
+    echo(f"  spans ingested          {summary['tables'].get('otel_traces', 0):,}")
+    echo(f"  tasks                   {summary['tables'].get('tasks', 0):,}")
+    for key, label in (("cpst_usd", "cost per successful task"), ("cost_per_request_usd", "cost per request"),
+                       ("cost_per_1m_tokens_usd", "cost per 1M tokens"), ("spend_usd", "spend")):
+        if key in s and s[key] is not None:
+            echo(f"  {label:<23} ${s[key]:,.4f}")
+    cascades = [a for a in summary["alerts"] if a.get("rule") == "cascading_degradation"]
+    echo(f"  alerts fired            {len(summary['alerts'])} ({len(cascades)} cascading degradation"
+         + (f": {', '.join(sorted({a.get('replica', '') for a in cascades}))})" if cascades else ")"))

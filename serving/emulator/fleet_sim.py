@@ -33,12 +33,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
-from serving.emulator.faults import FaultEvent, error_rates
 from serving.emulator.kvcache import segments_from_hash_ids
+from serving.emulator.sim_replicas import CLIENT_GATEWAY_S, GATEWAY_REPLICA_S, ReplicaEvents
 from serving.emulator.otlp import (SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, STATUS_ERROR, STATUS_OK,
                                    STATUS_UNSET,
                                    ReplicaMetrics, SpanBatcher)
@@ -51,8 +49,6 @@ from serving.emulator.static import StaticEngine
 from serving.plans import RetryPolicy, TaskPlan
 
 POLICIES = ("round_robin", "least_loaded", "session_affinity")
-CLIENT_GATEWAY_S = 0.001  # one network hop client <-> gateway, seconds (same rack)
-GATEWAY_REPLICA_S = 0.0005  # one hop gateway <-> replica
 EJECT_S = 10.0  # passive health check: a replica that refused a connection is skipped this long
 GATEWAY_RETRY_STATUS = (500, 502, 503, 504)
 
@@ -111,7 +107,7 @@ class _Attempt:
                  "gw_att_id", "gw_att_start", "rep", "req", "done", "tried")
 
 
-class FleetSimulator:
+class FleetSimulator(ReplicaEvents):
     """The event loop behind ``simulate`` (see its docstring)."""
 
     def __init__(self, fleet, *, start_time_ns: int, policy: str, retry_policy: RetryPolicy, faults, sink, seed: int,
@@ -571,83 +567,6 @@ class FleetSimulator:
         if task.pending == 0:
             task.step_i += 1
             self.start_step(t, task)
-
-    # ------------------------------------------------------------------ faults
-    def on_fault(self, t, ev: FaultEvent):
-        for rep in self.reps if ev.replica == "*" else [self.by_id[ev.replica]]:
-            if ev.kind == "crash":
-                self.crash(t, rep, ev.until_s)
-                continue
-            if ev.kind == "error_rate":
-                rep.errors = error_rates(ev.value)
-                continue
-            self.interrupt(rep, t)
-            if ev.kind == "slowdown":
-                rep.engine.slowdown = float(ev.value)
-            elif ev.kind == "kv_cut":
-                rep.engine.kv_cut = float(ev.value)
-            self.reschedule(rep)
-
-    def on_fault_end(self, t, ev: FaultEvent):
-        for rep in self.reps if ev.replica == "*" else [self.by_id[ev.replica]]:
-            if ev.kind == "error_rate":
-                rep.errors = {}
-                continue
-            self.interrupt(rep, t)
-            if ev.kind == "slowdown":
-                rep.engine.slowdown = 1.0
-            elif ev.kind == "kv_cut":
-                rep.engine.kv_cut = 0.0
-            self.reschedule(rep)
-
-    def crash(self, t, rep, restart_at):
-        if rep.down:
-            return
-        self.interrupt(rep, t)
-        rep.engine.crash()
-        rep.down = True
-        rep.ver += 1
-        for a in list(rep.inflight.values()):
-            self.summary.crashed_requests += 1
-            rep.outstanding -= 1
-            tokens = a.req.out if a.req.first_token is not None else 0
-            ttft = None
-            if a.req.first_token is not None:
-                ttft = a.req.first_token + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S - a.t0
-            end = t + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S
-            self.end_attempt(end, a, error_type="stream_broken", status=200, tokens=tokens, gw_error="stream_broken",
-                             finish=None, ttft=ttft)
-            self.after_failure(end, a, "stream_broken", None)
-        rep.inflight.clear()
-        if restart_at is not None:
-            self.push(max(restart_at, t), self.on_restart, rep)
-
-    def on_restart(self, t, rep):
-        st = rep.engine.stats
-        rep.preempt_base += st.num_preemptions
-        rep.gen_base += st.generation_tokens
-        rep.engine.restart(t)
-        rep.start_s = t
-        rep.down = False
-        rep.unhealthy_until = -1.0
-        self.reschedule(rep)
-
-    # ------------------------------------------------------------------ metrics
-    def on_tick(self, t, _):
-        parts = []
-        now_ns = self.ns(t)
-        for rep in self.reps:
-            if rep.down:
-                continue  # a dead replica is not scraped
-            self.interrupt(rep, t)
-            self.reschedule(rep)
-            if self.sink is not None:
-                parts.append(rep.metrics.snapshot(rep.engine, now_ns, self.ns(rep.start_s)))
-                self.summary.metric_points += rep.metrics.n_points
-        if parts:
-            self.sink(ExportMetricsServiceRequest.FromString(b"".join(parts)))
-        if self.active_tasks > 0 or self.arrivals_left:
-            self.push(t + self.interval, self.on_tick, None)
 
 
 def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_ns: int | None = None,

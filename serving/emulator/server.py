@@ -33,8 +33,8 @@ from starlette.routing import Route
 
 from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
-from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, REJECT_MESSAGE, error_body, error_response, output_tokens,
-                                         parse_prompt, sse_chunk, usage)
+from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, REJECT_MESSAGE, error_body, error_response,
+                                         output_tokens, parse_prompt, sse_chunk, usage)
 from serving.emulator.profiles import Profile
 from serving.emulator.prom import exposition, make_registry
 from serving.emulator.spans import engine_span_attributes, replica_resource

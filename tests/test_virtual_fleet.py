@@ -266,3 +266,11 @@ def test_rejected_prompts_fail_over_as_http_500():
     # every failed attempt was retried, except the last one of each task that ran out of attempts
     assert summ.client_retries == len(failed) - summ.tasks["failure"]
     assert summ.tasks["success"] + summ.tasks["failure"] == 40 and summ.tasks["success"] > 30
+
+
+def test_session_affinity_keeps_a_task_on_one_replica():
+    plan = TaskPlan("sess-42", "copilot", "acme", 0.0, tuple(StepPlan(f"s{i}", (CallPlan(300, 10),)) for i in range(6)))
+    sink = MemorySink()
+    simulate([plan], [ReplicaSpec(f"r{i}") for i in range(4)], sink=sink, policy="session_affinity", seed=1)
+    replicas = {a["gateway.replica"] for _, _, a in by_name(sink)["gateway.attempt"]}
+    assert len(replicas) == 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+import zlib
 
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -345,7 +346,8 @@ class FleetSimulator(ReplicaEvents):
                 if best is None or r.outstanding < best.outstanding:
                     best = r
             return best
-        h = hash(a.task.plan.task_id) % len(reps)  # session affinity: one session (task) -> one replica
+        # session affinity: one session (task) -> one replica; crc32, not hash(): stable across runs
+        h = zlib.crc32(a.task.plan.task_id.encode()) % len(reps)
         for j in range(len(reps)):
             r = reps[(h + j) % len(reps)]
             if r in cands:

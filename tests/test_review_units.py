@@ -299,3 +299,16 @@ def test_scheduler_from_settings(tmp_path):
     with pytest.raises(ValueError, match="no SMTP recipient"):
         scheduler_from_settings(store, load_settings(review_schedule=True, review_smtp_host="mail"))
     assert delivery_from_settings(load_settings(review_webhook_url="http://127.0.0.1:9/x"))[0] == "http://127.0.0.1:9/x"
+
+
+def test_a_segment_with_no_success_this_week_puts_the_change_on_volume():
+    # Last week 10 of 10 tasks succeeded for $20; this week 0 of 4 succeeded for $8: no log of zero
+    # successes, so the whole -$12 is "volume" (of successful tasks), nothing hidden in the residual.
+    factors = segment_factors(cost_this=8.0, cost_last=20.0, succ_this=0, succ_last=10, tasks_this=4, tasks_last=10,
+                              calls_this=12, calls_last=10, tokens_this=4000, tokens_last=10_000,
+                              price_this=2.0, price_last=2.0)
+    drivers, residual = decompose(8.0, 20.0, factors, fallback="volume")
+    by = {d.name: d for d in drivers}
+    assert by["volume"].contribution_usd == -12.0 and residual == 0.0
+    assert by["failure rate"].this == 1.0 and by["failure rate"].last == 0.0
+    assert sum(d.contribution_usd for d in drivers) == -12.0

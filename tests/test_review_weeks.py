@@ -166,6 +166,20 @@ def test_markdown_and_html_carry_the_same_figures(scenario, tmp_path):
                 for k in block.items:
                     assert escape(k.value) in html and f"**{k.value}**" in md
     assert cells > 100
+    # the Markdown renders (GitHub-flavoured tables) to the same cells, row for row
+    from markdown_it import MarkdownIt
+
+    rendered = MarkdownIt("commonmark").enable("table").render(md)
+    tables = [b for s in build_sections(review) for b in s.blocks if isinstance(b, Table)]
+    kpi_tables = sum(1 for s in build_sections(review) for b in s.blocks if isinstance(b, Kpis))
+    assert rendered.count("<table>") == len(tables) + kpi_tables
+    import re
+    from html import unescape
+
+    rendered_cells = [unescape(c.replace("<br>", "\n")) for c in re.findall(r"<td[^>]*>(.*?)</td>", rendered, re.S)]
+    expected_cells = [c for t in tables for row in t.rows for c in row]
+    kpi_cells = len(rendered_cells) - len(expected_cells)
+    assert rendered_cells[kpi_cells:] == expected_cells  # every table cell, in order (KPI tiles come first)
     h = review.headline
     for text in (fmt.usd(h.cpst_usd.this), fmt.wow(h.cpst_usd.wow), fmt.usd(h.spend_usd.this),
                  fmt.count(h.successful_tasks.this), fmt.pct(h.slo_attainment.this)):

@@ -234,8 +234,8 @@ def _notes(store, week: IsoWeek, headline: Headline, waste: list[WasteRow]) -> l
                      f"than its spans (aborted requests or lost spans).")
     evidence = sum((num(r["gateway_evidence_calls"]) or 0) + (num(r["client_evidence_calls"]) or 0) for r in rows)
     if evidence:
-        notes.append(f"{lv.fmt.count(evidence)} calls had no engine span (crashed replica): their gateway or "
-                     f"client span was the evidence of work.")
+        notes.append(f"{lv.fmt.count(evidence)} calls had no engine span: their gateway or client span was the only "
+                     f"evidence of work (a replica that crashed mid-request, or a request refused before the engine).")
     pending = next((w for w in waste if w.category == "pending"), None)
     if pending is not None:
         notes.append(f"{lv.fmt.usd(pending.usd)} belongs to tasks whose outcome is not known yet; "

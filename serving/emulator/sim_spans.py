@@ -1,8 +1,8 @@
 """Span attributes of the simulated client, gateway and task layers (docs/telemetry.md contract).
 
 Where it sits: used by fleet_sim.py only; the engine's own span is spans.py. Service names match
-the live components: the gateway's default ``infercost-gateway``, the task SDK's client
-``infercost-client``.
+the live components: the gateway's default ``infercost-gateway``, and ``infercost-load``, the
+tracer the live load runner (``infercost load``) gives the task SDK.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 
 from schema import semconv as sc
 
-CLIENT_SERVICE = "infercost-client"
+CLIENT_SERVICE = "infercost-load"  # as the live load runner (infercost load) names its tracer
 GATEWAY_SERVICE = "infercost-gateway"
 GATEWAY_SPAN_NAME = "gateway chat"
 GATEWAY_ATTEMPT_SPAN_NAME = "gateway.attempt"

@@ -274,3 +274,26 @@ def test_session_affinity_keeps_a_task_on_one_replica():
     simulate([plan], [ReplicaSpec(f"r{i}") for i in range(4)], sink=sink, policy="session_affinity", seed=1)
     replicas = {a["gateway.replica"] for _, _, a in by_name(sink)["gateway.attempt"]}
     assert len(replicas) == 1
+
+
+def test_otlp_http_sink_through_the_receiver(store, tmp_path):
+    receiver_mod = pytest.importorskip("collectors.receiver")
+    from serving.emulator.otlp import OtlpHttpSink
+
+    receiver = receiver_mod.Receiver(receiver_mod.ReceiverConfig(port=0, spool_dir=tmp_path / "spool",
+                                                                 batch_max_seconds=0.1), store).start()
+    try:
+        sink = OtlpHttpSink(receiver.url)
+        plans = chat_plans(25, rate=2.0, seed=13)
+        summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, seed=1, start_time_ns=T0,
+                        span_batch=40)
+        sink.close()
+        assert receiver.flush(30)
+    finally:
+        receiver.stop()
+    assert store.scalar("SELECT count() FROM otel_traces", tag="test.sim") == summ.spans == 125
+    assert store.scalar("SELECT count() FROM llm_calls WHERE call_source = 'engine'", tag="test.sim") == 25
+    points = store.scalar("SELECT count() FROM otel_metrics_gauge", tag="test.sim") + \
+        store.scalar("SELECT count() FROM otel_metrics_sum", tag="test.sim") + \
+        store.scalar("SELECT count() FROM otel_metrics_histogram", tag="test.sim")
+    assert points == summ.metric_points

@@ -14,8 +14,9 @@ The same insert functions serve the receiver's batching writer:
 ``insert_trace_payloads(store, payloads)``
     one INSERT of many validated ``ExportTraceServiceRequest`` protobuf payloads, length-delimited,
     into the Null table ``otlp_traces_in``; ClickHouse decodes them with the schema
-    ``collectors/otlp_clickhouse.proto`` (sent inline: ``format_schema_source='string'``, so no
-    schema file has to be deployed on a server) and the materialized view ``otlp_traces_in_mv``
+    ``collectors/otlp_clickhouse.proto`` (read in place by the embedded engine; sent inline to a
+    server, ``format_schema_source='string'``, so no schema file has to be deployed there) and the
+    materialized view ``otlp_traces_in_mv``
     writes ``otel_traces`` rows (which feed ``llm_calls``).
 ``insert_metric_rows(store, rows)``
     column-ordered inserts into ``otel_metrics_gauge/sum/histogram``.
@@ -55,12 +56,18 @@ class IngestResult:
     message: str
 
 
-@lru_cache(maxsize=1)
-def _protobuf_settings() -> dict:
+@lru_cache(maxsize=2)
+def _protobuf_settings(embedded: bool = False) -> dict:
+    if embedded:
+        # the embedded engine reads the schema file in place (the inline form would make it write a
+        # `__cache__/` copy into the current directory)
+        schema = {"format_schema": f"{SCHEMA_PATH.resolve()}:ExportTraceServiceRequest"}
+    else:
+        # a server has no access to our files: send the schema with the insert
+        schema = {"format_schema_source": "string", "format_schema": SCHEMA_PATH.read_text(),
+                  "format_schema_message_name": "ExportTraceServiceRequest"}
     return {
-        "format_schema_source": "string",
-        "format_schema": SCHEMA_PATH.read_text(),
-        "format_schema_message_name": "ExportTraceServiceRequest",
+        **schema,
         # fill the `value` enum columns: which AnyValue field is set (0, '' and false are values too)
         "input_format_protobuf_oneof_presence": 1,
         # the two materialized views on otel_traces (trace-id lookup, llm_calls) run side by side
@@ -80,7 +87,8 @@ def insert_trace_payloads(store, payloads: Iterable[bytes], *, tag: str = "inges
             parts.append(payload)
     if not parts:
         return 0
-    store.raw_insert(TRACES_INPUT_TABLE, b"".join(parts), "Protobuf", tag=tag, settings=_protobuf_settings())
+    settings = _protobuf_settings(bool(getattr(store, "embedded", False)))
+    store.raw_insert(TRACES_INPUT_TABLE, b"".join(parts), "Protobuf", tag=tag, settings=settings)
     return len(parts) // 2
 
 

@@ -150,6 +150,7 @@ class FaultyConnection:
 
     def __init__(self, store):
         self.store = store
+        self.embedded = store.embedded
         self.down = False
         self.refused = 0
 

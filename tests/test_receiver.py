@@ -315,3 +315,20 @@ def test_bearer_token_health_and_prometheus_metrics(store, tmp_path):
         r.stop()
         r.stop()  # idempotent
     assert r.config.host == "127.0.0.1"
+
+
+def test_schema_sent_inline_for_a_server(store):
+    """A ClickHouse server gets the protobuf schema inline (format_schema_source='string'); same rows."""
+    from collectors.ingest import ingest_traces
+
+    class ServerLike:  # the store as a server-backed client looks to the ingest code: not embedded
+        embedded = False
+
+        def raw_insert(self, *args, **kwargs):
+            assert kwargs["settings"]["format_schema_source"] == "string"
+            return store.raw_insert(*args, **kwargs)
+
+    result = ingest_traces(ServerLike(), _span_request(_span(3), _span(4)))
+    assert (result.accepted, result.rejected, result.message) == (2, 0, "")
+    assert store.query("SELECT SpanName, SpanKind, Duration FROM otel_traces ORDER BY SpanName", tag="test").result_rows \
+        == [("span-3", "Internal", 100), ("span-4", "Internal", 100)]

@@ -1,7 +1,7 @@
 """The dashboard's Weekly review page body: the same content as ``infercost review`` for a chosen week.
 
 Called by ``app/pages/weekly_review.py`` as ``render(store, filters)``. The week is chosen from the
-last 12 ISO weeks (default: the last complete one) and mirrored in the URL as ``?week=2026-W48``.
+last 12 ISO weeks (default: :func:`default_week`) and mirrored in the URL as ``?week=2026-W48``.
 The page walks the same blocks as the HTML/Markdown report (:mod:`app.review.sections`), so every
 figure is the one the report prints, and offers both files for download.
 """
@@ -59,15 +59,24 @@ def _show_block(block, key: str) -> None:
         st.html(f'<div role="img" aria-label="{block.alt}">{block.svg}</div>')
 
 
-def render(store, filters=None) -> None:
-    """Draw the Weekly review page for the week in ``?week=`` (default: the last complete week).
+def default_week(now: datetime, filters=None) -> str:
+    """The week shown when the URL names none: the week the dashboard's time range ends in when the
+    range is pinned to a past time (a shared link), else the last complete week before ``now``."""
+    end = getattr(filters, "end", None)
+    if filters is not None and not getattr(filters, "live", True) and end is not None:
+        return week_of(end).label
+    return last_complete_week(now).label
 
-    ``filters`` (the dashboard's sidebar filters) are not applied: the review is of the whole fleet,
-    like the report finance receives. Store errors are shown on the page, not raised.
+
+def render(store, filters=None) -> None:
+    """Draw the Weekly review page for the week in ``?week=`` (default: :func:`default_week`).
+
+    ``filters`` (the dashboard's sidebar filters) choose the default week only: the review covers
+    the whole fleet, like the report finance receives. Store errors are shown on the page, not raised.
     """
     now = datetime.now(timezone.utc)
     options = _week_options(now)
-    default = last_complete_week(now).label
+    default = default_week(now, filters)
     requested = st.query_params.get("week", default)
     try:
         requested = parse_week(requested).label
@@ -76,6 +85,7 @@ def render(store, filters=None) -> None:
         requested = default
     if requested not in options:
         options.append(requested)
+        options.sort(reverse=True)
     label = st.selectbox("Week (ISO, UTC)", options, index=options.index(requested), key="review_week",
                          help="Monday 00:00 UTC to the next Monday; compared with the week before.")
     st.query_params["week"] = label

@@ -312,3 +312,15 @@ def test_a_segment_with_no_success_this_week_puts_the_change_on_volume():
     assert by["volume"].contribution_usd == -12.0 and residual == 0.0
     assert by["failure rate"].this == 1.0 and by["failure rate"].last == 0.0
     assert sum(d.contribution_usd for d in drivers) == -12.0
+
+
+def test_dashboard_default_week_follows_a_pinned_time_range():
+    from types import SimpleNamespace
+
+    from app.review_page import default_week
+
+    now = datetime(2026, 11, 29, 15, 0, tzinfo=timezone.utc)
+    assert default_week(now) == "2026-W47"  # Sunday: the last complete week
+    pinned = SimpleNamespace(live=False, end=datetime(2026, 11, 2, 11, 0, tzinfo=timezone.utc))
+    assert default_week(now, pinned) == "2026-W45"  # a shared link to a past hour opens its week
+    assert default_week(now, SimpleNamespace(live=True, end=now)) == "2026-W47"

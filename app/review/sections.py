@@ -68,10 +68,13 @@ def headline_section(r: WeeklyReview) -> Section:
     days = f"{r.week.monday:%a %d %b %Y} – {r.week.days()[-1]:%a %d %b %Y} (UTC)"
     s.blocks.append(Para(f"Week {r.week.label}: {days}. Compared with {r.previous.label}.", "muted"))
     if r.empty:
+        if (h.spend_usd.last or 0) > 0 or (h.tasks.last or 0) > 0:
+            before = (f"The week before ({r.previous.label}) spent {fmt.usd(h.spend_usd.last)} for "
+                      f"{fmt.count(h.successful_tasks.last)} successful tasks.")
+        else:
+            before = f"Nothing was recorded in {r.previous.label} either."
         s.blocks.append(Para(
-            f"No spend and no tasks were recorded in {r.week.label}: there is nothing to review. "
-            f"Last week ({r.previous.label}) spend was {fmt.usd(h.spend_usd.last)} for "
-            f"{fmt.count(h.successful_tasks.last)} successful tasks."))
+            f"No spend and no tasks were recorded in {r.week.label}: there is nothing to review. {before}"))
         return s
     s.blocks.append(Kpis((
         _kpi("Cost per successful task", h.cpst_usd, fmt.usd),

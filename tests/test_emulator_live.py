@@ -200,3 +200,22 @@ def test_metrics_names_types_and_buckets(replica):
         assert les == [repr(float(b)) for b in bounds] + ["+Inf"]
     assert f"vllm:inter_token_latency_seconds_count{{{labels}}} 3.0" in text  # 4 tokens, 3 gaps
     assert "vllm:cache_config_info{" in text and 'block_size="16"' in text
+
+
+def test_kv_cut_preemptions_show_in_metrics(replica):
+    import concurrent.futures
+
+    assert httpx.post(replica.admin, json={"kind": "kv_cut", "value": 0.999}).status_code == 200  # ~24 blocks left
+    client = openai.OpenAI(base_url=replica.url + "/v1", api_key="EMPTY")
+
+    def call(i):
+        r = client.completions.create(model=MODEL, prompt=f"request {i}", max_tokens=60,
+                                      extra_body={"emulator_prompt_tokens": 100, "ignore_eos": True})
+        return r.usage.completion_tokens
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(call, range(4)))
+    assert outs == [60] * 4  # preempted requests recompute and still finish
+    text = httpx.get(replica.url + "/metrics").text
+    assert metric_value(text, "vllm:num_preemptions_total") > 0
+    assert metric_value(text, "vllm:generation_tokens_total") == 240

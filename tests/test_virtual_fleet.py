@@ -297,3 +297,13 @@ def test_otlp_http_sink_through_the_receiver(store, tmp_path):
         store.scalar("SELECT count() FROM otel_metrics_sum", tag="test.sim") + \
         store.scalar("SELECT count() FROM otel_metrics_histogram", tag="test.sim")
     assert points == summ.metric_points
+
+
+def test_span_mode_does_not_change_behaviour():
+    plans = chat_plans(150, rate=8.0, seed=17, prompt=(500, 1500), out=(100, 300))
+    fleet = [ReplicaSpec("r0"), ReplicaSpec("r1")]
+    kw = dict(seed=3, retry_policy=RetryPolicy(timeout_s=4.0), faults=[FaultEvent(5.0, "r1", "slowdown", 4.0)])
+    runs = [simulate(plans, fleet, sink=MemorySink(), spans=mode, **kw) for mode in ("all", "none")]
+    fields = ("tasks", "attempts", "engine_requests", "client_retries", "timeouts", "generation_tokens", "metric_points")
+    assert [getattr(runs[0], f) for f in fields] == [getattr(runs[1], f) for f in fields]
+    assert runs[0].timeouts > 0 and runs[1].spans == 0

@@ -131,7 +131,8 @@ class FleetSimulator(ReplicaEvents):
         self.start_ns = start_time_ns
         self.policy = policy
         self.rp = retry_policy
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # behaviour: fault draws, backoff jitter
+        self.ids = random.Random(seed + 0x5EED)  # span and trace ids: the span mode never changes behaviour
         self.interval = metrics_interval_s
         self.gw_budget = gateway_retries
         self.span_mode = spans
@@ -190,7 +191,7 @@ class FleetSimulator(ReplicaEvents):
     def new_id(self) -> bytes:
         if self.span_mode != "all":
             return b""  # no client/gateway spans: ids are never used
-        return self.rng.getrandbits(64).to_bytes(8, "big")
+        return self.ids.getrandbits(64).to_bytes(8, "big")
 
     def span(self, res_key, trace_id, span_id, parent, name, kind, start, end, attrs, status=0, msg="", pre=b""):
         self.batcher.add(res_key, pbenc.span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
@@ -249,7 +250,7 @@ class FleetSimulator(ReplicaEvents):
             self.arrivals_left = False
         task = _Task()
         task.plan = plan
-        task.trace_id = self.rng.getrandbits(128).to_bytes(16, "big")
+        task.trace_id = self.ids.getrandbits(128).to_bytes(16, "big")
         task.root_id = self.new_id()
         task.start = t
         task.step_i = 0
@@ -450,10 +451,10 @@ class FleetSimulator(ReplicaEvents):
             return
         self.summary.engine_spans += 1
         if self.span_mode == "engine":
-            trace_id, parent = self.rng.getrandbits(128).to_bytes(16, "big"), None
+            trace_id, parent = self.ids.getrandbits(128).to_bytes(16, "big"), None
         else:
             trace_id, parent = a.task.trace_id, a.gw_att_id
-        span_id = self.rng.getrandbits(64).to_bytes(8, "big")
+        span_id = self.ids.getrandbits(64).to_bytes(8, "big")
         self.span(rep.res_key, trace_id, span_id, parent, "llm_request", SPAN_KIND_SERVER, req.arrival,
                   req.finished, engine_span_attributes(req, req.request_id))
 

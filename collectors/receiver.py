@@ -242,13 +242,6 @@ def create_app(receiver: Receiver) -> Starlette:
         except common.OTLPRequestError as exc:
             stats.count_request(path, exc.status)
             return _status_response(exc.status, str(exc), media)
-        if signal == "traces":
-            stats.received += prepared.accepted + prepared.rejected
-            stats.rejected += prepared.rejected
-            stats.truncated_attributes += prepared.truncated
-        else:
-            stats.metric_points_received += prepared.accepted + prepared.rejected
-            stats.metric_points_rejected += prepared.rejected
         if prepared.accepted:
             refused = receiver._backpressure()
             if refused is None:
@@ -261,6 +254,14 @@ def create_app(receiver: Receiver) -> Starlette:
                     stats.throttled += prepared.accepted
                 stats.count_request(path, status)
                 return _status_response(status, message, media, retry_after=config.retry_after_s)
+        # counted once the request is answered 200 (a throttled request is counted when retried)
+        if signal == "traces":
+            stats.received += prepared.accepted + prepared.rejected
+            stats.rejected += prepared.rejected
+            stats.truncated_attributes += prepared.truncated
+        else:
+            stats.metric_points_received += prepared.accepted + prepared.rejected
+            stats.metric_points_rejected += prepared.rejected
         if signal == "traces":
             response = ExportTraceServiceResponse()
             if prepared.rejected or prepared.message:

@@ -94,7 +94,18 @@ def headline_section(r: WeeklyReview) -> Section:
     s.blocks.append(Para(sentence))
     fleet = next((m for m in r.movers if m.dimension == "fleet"), None)
     if fleet is not None and fleet.drivers:
-        s.blocks.append(Para("Why CPST changed: " + explain(fleet, per="successful task") + "."))
+        main = fleet.main_driver
+        s.blocks.append(Para(
+            f"Why it changed: the {fmt.usd_delta(h.cpst_usd.delta)} per successful task splits exactly into the "
+            f"drivers below; the largest is {main.name} ({fmt.usd_delta(main.contribution_usd)})."))
+        rows = [(d.name, fmt.measure(d.last, d.unit), fmt.measure(d.this, d.unit), fmt.usd_delta(d.contribution_usd))
+                for d in sorted(fleet.drivers, key=lambda d: -abs(d.contribution_usd))]
+        if fleet.residual_usd:
+            rows.append(("not decomposable", "—", "—", fmt.usd_delta(fleet.residual_usd)))
+        rows.append(("Cost per successful task", fmt.usd(h.cpst_usd.last), fmt.usd(h.cpst_usd.this),
+                     fmt.usd_delta(h.cpst_usd.delta)))
+        s.blocks.append(Table(("Driver", "Last week", "This week", "Effect on CPST"), tuple(rows),
+                              numeric=(False, True, True, True)))
     s.blocks.append(Table(
         ("Measure", "This week", "Last week", "WoW"),
         tuple((label, f(fig.this), f(fig.last), fmt.wow(fig.wow)) for label, fig, f in (
@@ -123,14 +134,9 @@ def headline_section(r: WeeklyReview) -> Section:
     return s
 
 
-def explain(m: Mover, per: str = "") -> str:
-    """``price $2.00 → $2.50 (+$10.00), volume 80 → 100 (+$25.00)``, biggest contribution first."""
-    parts = driver_lines(m, per)
-    return "; ".join(parts) if parts else "no driver moved"
-
-
 def driver_lines(m: Mover, per: str = "") -> list[str]:
-    """One line per driver that moved, biggest USD effect first (see :func:`explain`)."""
+    """One line per driver that moved, biggest USD effect first:
+    ``price $2.00/GPU-hour → $2.50/GPU-hour (+$10.00)``."""
     parts = []
     for d in sorted(m.drivers, key=lambda d: -abs(d.contribution_usd)):
         if d.contribution_usd == 0 and d.this == d.last:

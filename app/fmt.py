@@ -73,3 +73,17 @@ def count(value, unit: str = "", signed: bool = False) -> str:
     sign = "+" if signed and v > 0 else ""
     body = f"{v:,.0f}" if abs(v - round(v)) < 1e-9 or abs(v) >= 100 else f"{v:,.1f}"
     return f"{sign}{body}{(' ' + unit) if unit else ''}"
+
+
+def duration(value) -> str:
+    """A coarse duration in seconds: '12 s', '4 min', '3.5 h', '2.0 d'."""
+    if _missing(value):
+        return DASH
+    v = abs(float(value))
+    if v < 90:
+        return f"{v:.0f} s"
+    if v < 5400:
+        return f"{v / 60:.0f} min"
+    if v < 172800:
+        return f"{v / 3600:.1f} h"
+    return f"{v / 86400:.1f} d"

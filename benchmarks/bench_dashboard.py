@@ -5,9 +5,9 @@
 Builds (once, cached under benchmarks/results/dashboard_store_<calls>/) a chDB store with
 ``--calls`` LLM-call rows and ``--tasks`` tasks over ``--days`` days, generated directly in SQL
 (benchmarks/sql/bench_dashboard_*.sql: deterministic, no randomness), plus one task root span per
-task and vLLM gauges of 16 replicas every 15 s. When the cost jobs exist
-(``schema.jobs.run_jobs``) and ``--cost-hours`` > 0, they are run over the last ``--cost-hours``
-hours so the cost pages have data too (the jobs' own speed is the cost issue's benchmark).
+task and vLLM gauges of 16 replicas every 15 s. With ``--cost-hours`` > 0 a 16-replica fleet is
+synced and the cost jobs (``schema.jobs.run_jobs``) run once over the last ``--cost-hours`` hours,
+so the cost pages read real cost tables (the jobs' own speed is the cost issue's benchmark).
 
 Then times every named query a page issues (``--reps`` runs after one warm-up, p50 / p95 in ms),
 for the default view (the last hour) and the wide views (24 h, 7 d), and the full page (sum of its
@@ -44,7 +44,7 @@ def _sql(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
-def build(store, calls: int, tasks: int, days: int, cost_hours: float) -> None:
+def build(store, calls: int, tasks: int, days: int) -> None:
     span_s = days * 86400
     t = time.perf_counter()
     store.command(_sql("bench_dashboard_llm_calls"), {"n": calls, "t0": T0, "span_s": span_s}, tag="bench.calls",
@@ -53,16 +53,26 @@ def build(store, calls: int, tasks: int, days: int, cost_hours: float) -> None:
                   tag="bench.tasks")
     store.command(_sql("bench_dashboard_gauges"), {"t0": T0, "span_s": span_s}, tag="bench.gauges")
     print(f"generated {calls:,} calls, {tasks:,} tasks over {days} d in {time.perf_counter() - t:.1f} s", flush=True)
-    if cost_hours > 0:
-        try:
-            from schema.jobs import run_jobs
-        except ImportError:
-            print("cost jobs not in this build: cost panels skipped")
-            return
-        end = T0 + timedelta(seconds=span_s)
-        t = time.perf_counter()
-        run_jobs(store, start=end - timedelta(hours=cost_hours), end=end)
-        print(f"cost jobs over the last {cost_hours} h in {time.perf_counter() - t:.1f} s", flush=True)
+
+
+def run_cost(store, days: int, cost_hours: float) -> None:
+    """Sync a 16-replica fleet and run the cost jobs over the last ``cost_hours`` hours of the data."""
+    try:
+        from schema.fleet import parse_fleet, sync_fleet
+        from schema.jobs import run_jobs, stop
+    except ImportError:
+        print("cost jobs not in this build: cost panels read empty tables")
+        return
+    stop(store)
+    replicas = "\n".join(f"  r{i}: {{gpu_type: {'H100' if i < 8 else 'A100'}, gpu_count: 1}}" for i in range(16))
+    sync_fleet(store, parse_fleet(
+        "gpu_types:\n  H100:\n    prices:\n      - {usd_per_gpu_hour: 3.60, valid_from: 2025-01-01}\n"
+        "  A100:\n    prices:\n      - {usd_per_gpu_hour: 1.80, valid_from: 2025-01-01}\n"
+        f"replicas:\n{replicas}\n"))
+    end = T0 + timedelta(days=days)
+    t = time.perf_counter()
+    run_jobs(store, start=end - timedelta(hours=cost_hours), end=end)
+    print(f"cost jobs over the last {cost_hours:g} h in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def timed(fn, reps: int) -> list[float]:
@@ -138,8 +148,12 @@ def main() -> None:
     store = connect(f"chdb://{directory}", "bench")
     migrate(store, retention_days=3650)
     if not marker.exists():
-        build(store, args.calls, args.tasks, args.days, args.cost_hours)
+        build(store, args.calls, args.tasks, args.days)
         marker.write_text("ok\n")
+    cost_marker = directory / f".cost_{args.cost_hours:g}h"
+    if args.cost_hours > 0 and not cost_marker.exists():
+        run_cost(store, args.days, args.cost_hours)
+        cost_marker.write_text("ok\n")
     end = T0 + timedelta(days=args.days)
     base = timed(lambda: store.query_df(_sql("bench_dashboard_baseline"), tag="bench.baseline"), args.reps)
     base_p95 = p95(base)

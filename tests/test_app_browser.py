@@ -126,5 +126,17 @@ def test_every_page_renders_in_chromium(served, artifacts):
                     # the viewer's time zone (from the browser) is used for times on the page
                     assert "Europe/Paris" in body and "Replica health" in body
                     assert "range=1h" in page.url  # the filters stay in the URL
+            # A live range refreshes the panel in place every 5 s: the page is not reloaded (a JS marker
+            # survives) while the "last update" time moves on.
+            page.goto(f"{url}/?range=15m", wait_until="domcontentloaded")
+            _settle(page)
+            page.evaluate("window.__infercost_marker = 42")
+            caption = page.get_by_text("Refreshes every 5 s").first
+            first = caption.inner_text()
+            deadline = time.monotonic() + 45
+            while time.monotonic() < deadline and caption.inner_text() == first:
+                page.wait_for_timeout(500)
+            assert caption.inner_text() != first, "the live panel did not refresh within 45 s"
+            assert page.evaluate("window.__infercost_marker") == 42
         finally:
             browser.close()

@@ -68,6 +68,7 @@ def test_formatting_with_units():
     assert fmt.usd(1234.5) == "$1,234.50" and fmt.usd(0.0042) == "$0.00420" and fmt.usd(-2, True) == "-$2.00"
     assert fmt.usd(0.25) == "$0.2500" and fmt.usd(0) == "$0.00"
     assert fmt.rate(1356.2, "tasks/h") == "1,356 tasks/h" and fmt.rate(0.0133, "") == "0.01 "
+    assert fmt.duration(12.4) == "12 s" and fmt.duration(600) == "10 min" and fmt.duration(7200) == "2.0 h"
     assert fmt.count(3) == "3" and fmt.count(3, signed=True) == "+3" and fmt.count(1.25) == "1.2"
 
 

@@ -200,7 +200,14 @@ def live_panel() -> None:
     except StoreError as exc:
         ui.store_error(exc)
     if f.live:
-        st.caption(f"Refreshes every {REFRESH_S} s · last update {ui.local_time(view.end, '%H:%M:%S')} ({ui.tz_label()})")
+        fresh = ui.query("schema.queries.ops:ingest_status", live=True)
+        if fresh.last_span is None:
+            newest = "no span in the last 24 h"
+        else:
+            age = max(0.0, (view.end - fresh.last_span).total_seconds())
+            newest = f"newest span {ui.local_time(fresh.last_span, '%H:%M:%S')} ({fmt.duration(age)} ago)"
+        st.caption(f"Refreshes every {REFRESH_S} s · last update {ui.local_time(view.end, '%H:%M:%S')} "
+                   f"({ui.tz_label()}) · {newest}")
 
 
 live_panel()

@@ -341,11 +341,12 @@ def finish_reasons(store, start: datetime, end: datetime, filters: dict | None =
 
 @dataclass
 class IngestStatus:
-    """Whether telemetry is arriving: row counts and newest timestamps (UTC, None when empty)."""
+    """Whether telemetry is arriving: row counts, and the newest span / gauge point of the last 24 h
+    (UTC; None when nothing arrived in that day)."""
 
     spans: int
     last_span: datetime | None
-    engine_calls: int
+    engine_calls: int  # 1 if any engine (vLLM) call is stored, else 0
     calls: int
     gauge_points: int
     last_gauge: datetime | None
@@ -356,7 +357,7 @@ def ingest_status(store) -> IngestStatus:
     row = run(store, "ops_ingest_status").iloc[0].to_dict()
 
     def ts(value):
-        if value is None or pd.isna(value) or int(row.get("spans", 0)) == 0 and value == pd.Timestamp(0):
+        if value is None or pd.isna(value):
             return None
         t = pd.Timestamp(value)
         if t.value == 0:

@@ -1,0 +1,56 @@
+"""``app.server.serve`` in background mode and the ``infercost dashboard`` command, each in its own process.
+
+Streamlit's configuration is process-global and chDB allows one engine per process, so the server is
+started in a subprocess (with its own store directory), never in the pytest process.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent("""
+    import sys, threading
+    sys.path.insert(0, {root!r})
+    import httpx
+    from schema.store import connect
+    from app import store_provider
+    from app.server import serve
+
+    store = connect("chdb://" + sys.argv[1], "infercost")
+    handle = serve(store, "127.0.0.1", int(sys.argv[2]), block=False, otlp_endpoint="http://127.0.0.1:4318/v1/traces")
+    assert threading.current_thread() is threading.main_thread() and handle.thread.is_alive()
+    health = httpx.get(handle.url + "/_stcore/health", timeout=10)
+    page = httpx.get(handle.url + "/", timeout=10)
+    assert store_provider.get_store() is store
+    assert store_provider.context("otlp_endpoint") == "http://127.0.0.1:4318/v1/traces"
+    handle.stop()
+    print("HEALTH", health.status_code, health.text.strip(), "PAGE", page.status_code, "ALIVE", handle.thread.is_alive())
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_in_background_answers_and_stops(tmp_path):
+    script = tmp_path / "serve_bg.py"
+    script.write_text(SCRIPT.format(root=str(ROOT)))
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(_free_port())],
+                         capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "HEALTH 200 ok PAGE 200 ALIVE False" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_dashboard_command_rejects_a_bad_store_url(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "infercost.cli", "dashboard", "--clickhouse-url", "postgres://x",
+                          "--port", str(_free_port())], capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert out.returncode != 0
+    assert "unsupported store URL" in out.stderr

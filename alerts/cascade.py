@@ -45,7 +45,8 @@ def find_chain(lifecycle: Lifecycle, now: datetime, config: AlertConfig) -> dict
     Complete: a firing retry-amplification alert, a degradation episode of some replica R (firing
     now or fired within the look-back) with the retry alert starting in [R's start - tolerance,
     R's start + within_s], and a firing queue-growth alert or saturation of a replica other than R
-    starting in the same interval. Among candidates, the degradation with the largest ratio wins.
+    starting in the same interval. Among candidates the earliest degradation wins (then the largest
+    ratio): the trigger precedes its consequences.
     """
     c = config.cascade
     within, tol = timedelta(seconds=c.within_s), timedelta(seconds=c.tolerance_s)
@@ -63,9 +64,11 @@ def find_chain(lifecycle: Lifecycle, now: datetime, config: AlertConfig) -> dict
                   and not (p.rule == RULE_SATURATION and p.replica == deg.replica)]
         if not linked:
             continue
-        ratio = float((deg.onset or deg.figures).get("ratio") or 0.0)
-        if best is None or ratio > best[0]:
-            best = (ratio, deg, linked)
+        # The trigger comes first: later degradations of other replicas are usually the cascade's
+        # consequences (their TTFT rises with the retried load), so the earliest onset is the culprit.
+        rank = (deg.started_at, -float((deg.onset or deg.figures).get("ratio") or 0.0))
+        if best is None or rank < best[0]:
+            best = (rank, deg, linked)
     if best is None:
         return None
     _, deg, linked = best

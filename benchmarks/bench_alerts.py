@@ -169,9 +169,10 @@ def run(store, s: Scenario, config: AlertConfig | None = None) -> Outcome:
 
 
 def generated() -> list[Scenario]:
-    """The generated scenarios: 6 cascades (different replicas, slowdowns, loads, seeds) and 6 without
-    one (healthy at two loads, two pure load spikes, a mild 1.2x slowdown, a 3x slowdown at a load too
-    low for any retry: a degraded replica, not a cascade)."""
+    """The generated scenarios: 6 cascades (different replicas, slowdowns, loads, seeds; round-robin
+    routing keeps feeding the slow replica) and 8 without one (healthy at two loads, two pure load
+    spikes, a mild 1.2x slowdown, two slowdowns at loads too low for any retry, and a 3x slowdown
+    behind least-loaded routing, which steers work away from it: degraded replicas, not cascades)."""
     return [
         Scenario("cascade-r2-3x", seed=11, rate=3.0, slow_replica="r2", slowdown=3.0, cascade=True),
         Scenario("cascade-r0-3x", seed=12, rate=3.0, slow_replica="r0", slowdown=3.0, cascade=True),
@@ -187,6 +188,8 @@ def generated() -> list[Scenario]:
         Scenario("spike-2.5x", seed=24, rate=2.5, spike=2.5, spike_at_s=600, spike_until_s=840),
         Scenario("mild-r2-1.2x", seed=25, rate=3.0, slow_replica="r2", slowdown=1.2),
         Scenario("degraded-low-load-r1-3x", seed=26, rate=1.0, slow_replica="r1", slowdown=3.0),
+        Scenario("degraded-low-load-r0-4x", seed=27, rate=0.8, slow_replica="r0", slowdown=4.0),
+        Scenario("least-loaded-r2-3x", seed=28, rate=3.0, slow_replica="r2", slowdown=3.0, policy="least_loaded"),
     ]
 
 
@@ -208,6 +211,7 @@ def judge(o: Outcome) -> dict:
         "tp": s.cascade and detected, "fp": (not s.cascade and bool(o.cascades)) or (bool(o.cascades) and not detected),
         "fn": s.cascade and not detected,
         "fired_min": hits[0][0] if hits else (o.cascades[0][0] if o.cascades else None),
+        "named": sorted({c[3] for c in o.cascades}),
         "after_fault_min": (hits[0][0] - fault_min) if hits else None,
         "after_retry_onset_min": (hits[0][0] - retry_onset) if hits and retry_onset is not None else None,
         "resolved_min": resolved,
@@ -240,7 +244,7 @@ def main(argv=None) -> int:
             store.command(f"DROP DATABASE IF EXISTS `{store.database}` SYNC", tag="bench.drop")
         results.append(r)
         print(f"{r['scenario']:26} truth={'cascade' if r['truth'] else 'none':7} cascades={r['cascades']} "
-              f"detected={r['detected']!s:5} fired@{r['fired_min']} (+{r['after_fault_min']} min after fault, "
+              f"detected={r['detected']!s:5} named={','.join(r['named']) or '-'} fired@{r['fired_min']} (+{r['after_fault_min']} min after fault, "
               f"+{r['after_retry_onset_min']} after retry onset) resolved@{r['resolved_min']} "
               f"others={','.join(r['other_rules'])} sim {r['sim_s']}s eval {r['eval_s']}s", flush=True)
     tp = sum(r["tp"] for r in results)

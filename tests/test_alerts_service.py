@@ -82,3 +82,18 @@ def test_cli_once_and_config(tmp_path, monkeypatch):
     bad = runner.invoke(__import__("infercost.commands.alerts", fromlist=["command"]).command,
                         ["--once", "--webhook", "ftp://x", "--clickhouse-url", "chdb://memory", "--database", database])
     assert bad.exit_code != 0 and "must start with http" in bad.output
+
+
+def test_prometheus_metrics_of_the_service(store):
+    from prometheus_client import generate_latest
+
+    from alerts.metrics import register
+
+    seed_cascade_timeline(store, T0)
+    service = AlertService(store, AlertConfig())
+    for minute in range(1, 5):
+        service.step(T0 + timedelta(minutes=minute))
+    text = generate_latest(register(service)).decode()
+    assert "infercost_alert_evaluations_total 4.0" in text
+    assert 'infercost_alerts_active{rule="cascading_degradation",state="firing"} 1.0' in text
+    assert 'infercost_alert_notifications_total{result="sent"} 0.0' in text

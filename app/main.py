@@ -19,7 +19,7 @@ PAGES = [
             url_path="triangle"),
     st.Page("pages/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
     st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
-    st.Page("pages/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="review"),
+    st.Page("pages/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
 ]
 
 page = st.navigation(PAGES)

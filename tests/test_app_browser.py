@@ -24,7 +24,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic", "--disable-dev-shm-usage"]
 PAGES = {"live": "", "cost": "cost", "triangle": "triangle", "tasks": "tasks", "alerts": "alerts",
-         "review": "review"}
+         "review": "weekly_review"}
 QUERY = "?range=1h&end=2026-11-02T11:00:00Z"
 ERROR_TEXT = ("Traceback (most recent call last)", "StreamlitAPIException", "Error running app")
 

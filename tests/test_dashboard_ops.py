@@ -132,3 +132,15 @@ def test_wide_ranges_read_the_minute_rollups(tiny):
     assert g.loc[datetime(2026, 11, 2, 10), "waiting"] == 4.0  # r1 1 + r2 3
     assert g.loc[datetime(2026, 11, 2, 10), "kv_usage"] == pytest.approx(0.375)
     assert g.loc[datetime(2026, 11, 2, 9), "waiting"] == 1.0  # r1 0 + r2 1 at 09:59
+
+
+def test_multi_day_ranges_read_the_hour_rollup(tiny):
+    store, w = tiny
+    a, b = w["start"] - timedelta(days=2), w["start"] + timedelta(hours=2)
+    s = ops.latency_series(store, a, b, 3600)
+    fleet = s[s["replica"] == ""].set_index("bucket")
+    ten = fleet.loc[datetime(2026, 11, 2, 10)]
+    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"]) == (4, 42, 1)
+    assert ten["ttft_p95_s"] == pytest.approx(0.8)
+    per = s[s["replica"] != ""]
+    assert per.groupby("replica")["requests"].sum().to_dict() == {"r1": 3, "r2": 2}  # r1: 1 at 09:57, 2 at 10:01

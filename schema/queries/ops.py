@@ -37,6 +37,7 @@ FILTER_KEYS = ("model", "tenant", "task_type")
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
+HOUR_ROLLUP_MIN_RANGE_S = 2 * 86400  # multi-day ranges with whole-hour buckets read hours (0051)
 
 
 def _utc(value: datetime) -> datetime:
@@ -296,14 +297,18 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
     ttft_p99_s, itl_p95_s, e2e_p95_s (seconds), requests_per_s, output_tokens_per_s, error_rate.
 
     Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 0050):
-    same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned.
+    same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned;
+    ranges of 2 days or more with whole-hour buckets read ``ops_engine_hours`` (migration 0051).
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    name = "ops_latency_series_rollup" if use_rollup(start, end, bucket_s, filters) else "ops_latency_series"
+    name = "ops_latency_series"
+    if use_rollup(start, end, bucket_s, filters):
+        hours = (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
+        name = "ops_latency_series_hours" if hours else "ops_latency_series_rollup"
     params = _filters(filters)
-    if name.endswith("_rollup"):
+    if name != "ops_latency_series":
         params = {"model": params["model"]}
     df = _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), **params),
                 ["bucket", "replica", "requests", "output_tokens_sum", "errors", "ttft_q", "itl_p95_s", "e2e_p95_s"])

@@ -145,3 +145,15 @@ def quality_problems(dq: pd.DataFrame) -> list[str]:
             out.append(f"{replica}: {missing} calls have no engine span (crashed replica?); costed from gateway/client "
                        "evidence.")
     return out
+
+
+TRIANGLE_WINDOWS_S = (60, 300, 900, 3600, 21600, 86400)
+
+
+def auto_window(range_s: float, max_windows: int = 48) -> int:
+    """The smallest triangle window (seconds) giving at most ``max_windows`` windows per replica over
+    ``range_s`` (default 48: an hour of 5-min windows is 12), so the chart stays readable and the query small."""
+    for w in TRIANGLE_WINDOWS_S:
+        if range_s / w <= max_windows:
+            return w
+    return TRIANGLE_WINDOWS_S[-1]

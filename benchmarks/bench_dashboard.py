@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.costviews import auto_window  # noqa: E402
 from schema.migrate import migrate  # noqa: E402
 from schema.queries import ops  # noqa: E402
 from schema.store import connect  # noqa: E402
@@ -110,6 +111,7 @@ def panels(store, end: datetime, range_s: int):
     except ImportError:
         return out
     bucket_c = max(60, bucket)
+    tri_window = auto_window(range_s)
     out += [
         ("cost", "period_summary", lambda: cost.period_summary(store, start, end)),
         ("cost", "period_summary (previous)", lambda: cost.period_summary(store, start - (end - start), start)),
@@ -119,7 +121,8 @@ def panels(store, end: datetime, range_s: int):
         ("cost", "period_summary by model", lambda: cost.period_summary(store, start, end, "model")),
         ("cost", "cpst_trend", lambda: cost.cpst_trend(store, start, end, bucket_c)),
         ("cost", "data_quality", lambda: cost.data_quality(store, start, end)),
-        ("triangle", "replica_windows (5 min)", lambda: cost.replica_windows(store, start, end, 300)),
+        ("triangle", f"replica_windows ({tri_window} s, auto)",
+         lambda: cost.replica_windows(store, start, end, tri_window)),
         ("tasks", "tasks_table", lambda: cost.tasks_table(store, start, end, None, 1000)),
         ("tasks", "tasks_table search", lambda: cost.tasks_table(store, start, end, "tenant3", 1000)),
     ]

@@ -167,7 +167,7 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
     assert shown["cost (USD)"].sum() == pytest.approx(tasks["cost_usd"].sum())
 
     at = _app(BIG_RANGE, "pages/triangle.py")
-    windows = cost.replica_windows(store, seeded.start, seeded.end, 300)
+    windows = cost.replica_windows(store, seeded.start, seeded.end, 300)  # auto window for 1 h = 5 min
     assert len(at.dataframe[0].value) == len(windows)
 
 

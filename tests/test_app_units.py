@@ -83,6 +83,11 @@ def test_waterfall_goes_from_spend_to_useful():
     assert costviews.ratio(2.0, 0.5) == 4.0 and costviews.ratio(1, 0) is None and costviews.ratio(None, 1) is None
 
 
+def test_triangle_auto_window():
+    assert costviews.auto_window(3600) == 300 and costviews.auto_window(86400) == 3600
+    assert costviews.auto_window(7 * 86400) == 21600 and costviews.auto_window(365 * 86400) == 86400
+
+
 def test_quality_problems_are_sentences():
     dq = pd.DataFrame({"replica": ["r1", "r2"], "token_gap_ratio": [0.2, 0.01], "default_priced_minutes": [0, 3],
                        "unpriced_minutes": [0, 0], "gateway_evidence_calls": [2, 0], "client_evidence_calls": [0, 0]})

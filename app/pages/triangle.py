@@ -21,16 +21,20 @@ if ui.optional_function("schema.queries.cost:replica_windows") is None:
     ui.empty_state("The cost engine is not installed in this build.")
     st.stop()
 
-WINDOWS = {"1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600}
+WINDOWS = {"auto": 0, "1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 21600}
 X_AXES = {"output tokens/s": "output_tokens_per_s", "tokens/s (prompt + output)": "throughput_tokens_per_s",
           "successful tasks/h": "successful_tasks_per_hour"}
 Y_AXES = {"TTFT p99 (s)": "ttft_p99_s", "end-to-end p99 (s)": "e2e_p99_s"}
 
 c1, c2, c3 = st.columns(3)
-window_label = c1.selectbox("Window", list(WINDOWS), index=1, key="tri_window")
+window_label = c1.selectbox("Window", list(WINDOWS), key="tri_window",
+                            help="auto: the smallest window giving at most 48 points per replica over the range")
 x_label = c2.selectbox("Throughput", list(X_AXES), key="tri_x")
 y_label = c3.selectbox("Tail latency", list(Y_AXES), key="tri_y")
-window_s, x, y = WINDOWS[window_label], X_AXES[x_label], Y_AXES[y_label]
+window_s = WINDOWS[window_label] or costviews.auto_window(f.seconds)
+x, y = X_AXES[x_label], Y_AXES[y_label]
+if window_label == "auto":
+    st.caption(f"Window: {costviews.bucket_label(window_s)} per point.")
 
 try:
     df = ui.query("schema.queries.cost:replica_windows", f.start, f.end, window_s)

@@ -217,7 +217,7 @@ def test_cli_writes_the_report_of_the_store(scenario, tmp_path, monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("INFERCOST_REVIEW_WEBHOOK_URL", f"http://127.0.0.1:{server.server_address[1]}/hook")
     try:
-        result = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--out", str(tmp_path), "--no-run-jobs"])
+        result = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--out", str(tmp_path)])
     finally:
         server.shutdown()
     assert result.exit_code == 0, result.output
@@ -226,6 +226,12 @@ def test_cli_writes_the_report_of_the_store(scenario, tmp_path, monkeypatch):
     md = (tmp_path / "infercost-review-2026-W48.md").read_text()
     assert fmt.usd(review.headline.cpst_usd.this) in md and "2026-W47" in md
     assert (tmp_path / "infercost-review-2026-W48.html").is_file()
+    # --recompute re-runs the cost jobs over the weeks' telemetry: idempotent, same figures
+    monkeypatch.delenv("INFERCOST_REVIEW_WEBHOOK_URL")
+    again = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--out", str(tmp_path / "again"), "--recompute"])
+    assert again.exit_code == 0, again.output
+    md_again = (tmp_path / "again" / "infercost-review-2026-W48.md").read_text()
+    assert md_again.split("\n", 3)[3] == md.split("\n", 3)[3]  # all but the title and generation time
     bad = CliRunner().invoke(main, ["review", "--week", "2026-48", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "expected YYYY-Www" in bad.output
     bad = CliRunner().invoke(main, ["review", "--week", "2026-W48", "--smtp-host", "mail", "--out", str(tmp_path)])

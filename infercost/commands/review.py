@@ -1,9 +1,10 @@
 """``infercost review``: write the weekly cost review (self-contained HTML + Markdown) and deliver it.
 
-Reads the store named by the settings (or ``--clickhouse-url``), recomputes the cost jobs over
-the two weeks compared (idempotent; ``--no-run-jobs`` to skip), builds the review with
-``app.review`` and writes ``infercost-review-<week>.html`` and ``.md`` into ``--out``.
-Delivery flags default to the ``INFERCOST_REVIEW_*`` environment variables.
+Reads the store named by the settings (or ``--clickhouse-url``), optionally recomputes the cost
+jobs over the two weeks compared (``--recompute``; the store's own refresh jobs keep the tables
+current otherwise), builds the review with ``app.review`` and writes
+``infercost-review-<week>.html`` and ``.md`` into ``--out``. Delivery flags default to the
+``INFERCOST_REVIEW_*`` settings (environment variables).
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ def scheduler_from_settings(store, settings):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Directory for the HTML and Markdown files (default: <data dir>/reviews).")
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
-@click.option("--run-jobs/--no-run-jobs", default=True, show_default=True,
-              help="Recompute the cost jobs over both weeks first (idempotent).")
+@click.option("--recompute/--no-recompute", "run_jobs", default=False, show_default=True,
+              help="Recompute the cost jobs over the telemetry of both weeks first (idempotent; e.g. after a "
+                   "fleet.yaml price change older than the jobs' trailing window). Off: the report shows the "
+                   "cost tables exactly as the dashboard does.")
 @click.option("--webhook", "webhook_url", default=None,
               help="POST the review to this webhook URL (JSON, 'text' = Markdown). Default INFERCOST_REVIEW_WEBHOOK_URL.")
 @click.option("--smtp-host", default=None, help="Mail the review via this SMTP host. Default INFERCOST_REVIEW_SMTP_HOST.")

@@ -43,6 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+FAILURES: dict[str, int] = {}  # failed requests of this run by cause, printed at the end
 
 REPLICAS_SCRIPT = """
 import json, sys, time
@@ -166,6 +167,7 @@ async def one_stream(client: httpx.AsyncClient, url: str, payload: bytes) -> flo
                                  headers={"content-type": "application/json"}) as resp:
             if resp.status_code != 200:
                 await resp.aread()
+                FAILURES[f"http.{resp.status_code}"] = FAILURES.get(f"http.{resp.status_code}", 0) + 1
                 return None
             async for line in resp.aiter_lines():
                 if ttft is None and line.startswith("data: {") and '"content":"' in line.replace(": ", ":") \
@@ -173,8 +175,11 @@ async def one_stream(client: httpx.AsyncClient, url: str, payload: bytes) -> flo
                     ttft = time.perf_counter() - started
                 if line.startswith("data: [DONE]"):
                     break
-    except httpx.HTTPError:
+    except httpx.HTTPError as exc:
+        FAILURES[type(exc).__name__] = FAILURES.get(type(exc).__name__, 0) + 1
         return None
+    if ttft is None:
+        FAILURES["no_token"] = FAILURES.get("no_token", 0) + 1
     return ttft
 
 
@@ -340,6 +345,11 @@ def main() -> int:
                 line += (f"; vllm-router added p50 = "
                          f"{ttft_rows[('vllm-router', conc)]['p50_ms'] - ttft_rows[('direct', conc)]['p50_ms']:+.1f} ms")
             print(line)
+        if FAILURES:
+            print(f"- failed requests by cause (all targets): {FAILURES}")
+        outcomes = [line for line in httpx.get(gw + "/metrics", timeout=10).text.splitlines()
+                    if line.startswith(("infercost_gateway_requests_total", "infercost_gateway_retries"))]
+        print("- gateway counters: " + "; ".join(outcomes))
         return 0
     finally:
         for p in reversed(procs):

@@ -188,7 +188,10 @@ def test_replica_crash_mid_stream_partial_tokens_and_retry(rig):
     deadline = time.monotonic() + 30
     while victim is None and time.monotonic() < deadline:
         for x in rig.fleet:
-            running = [r for r in x.server.engine.by_id.values() if x.server.engine.out_tokens(r) >= 3]
+            try:  # the replicas' loop mutates this dict; a torn read is just retried
+                running = [r for r in list(x.server.engine.by_id.values()) if x.server.engine.out_tokens(r) >= 3]
+            except (RuntimeError, KeyError, AttributeError):
+                running = []
             if running:
                 victim = x
         time.sleep(0.005)

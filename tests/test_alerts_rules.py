@@ -47,6 +47,13 @@ def test_replica_degradation_names_the_slow_replica(store):
     assert verdicts["r3"].figures["itl_ratio"] == pytest.approx(1.1)
     assert verdicts["r3"].level is Level.CLEAR
     assert verdicts["r1"].level is Level.CLEAR
+    # the stateless entry point gives the same verdicts, for every rule but the cascade (needs history)
+    from alerts.evaluator import evaluate
+
+    snapshot = evaluate(store, T0)
+    assert set(snapshot) == {"replica_degradation", "retry_amplification", "queue_growth", "saturation",
+                             "slo_burn_rate", "ingestion_health"}
+    assert {s.key: s.level for s in snapshot["replica_degradation"]}["r2"] is Level.FIRE
 
 
 def test_degradation_error_jump_and_hysteresis_band():

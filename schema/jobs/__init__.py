@@ -37,7 +37,7 @@ JOB_ORDER = ("call_costs", "replica_minutes", "tasks")
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
-    "cost_clock_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
+    "cost_clock_mv", "cost_resolved_calls_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
 )
 # A day per statement keeps each embedded call short (chDB serialises calls) and memory bounded.
 DEFAULT_CHUNK = timedelta(days=1)
@@ -113,10 +113,14 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     chunk_start = start
     while chunk_start < end:
         chunk_end = min(chunk_start + chunk, end)
+        existing = _history_counts(store, chunk_start, chunk_end)
         for job in JOB_ORDER:
             began = time.perf_counter()
-            params = {"ws": chunk_start, "we": chunk_end}
-            for statement in _statements(f"run_{job}"):
+            # run_id keys this chunk's scratch rows (resolved_calls_runs); unique per process and chunk
+            params = {"ws": chunk_start, "we": chunk_end, "run_id": time.time_ns()}
+            # a lightweight DELETE costs a mutation even on an empty range: skip it when nothing is there
+            delete = _statements(f"delete_{job}") if existing.get(job) else []
+            for statement in delete + _statements(f"run_{job}"):
                 store.command(statement, params, tag=f"jobs.{job}")
             if job == "call_costs":
                 # The later jobs read the call_costs view, which serves minutes below the
@@ -127,10 +131,14 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
         if progress:
             progress(f"{chunk_start.isoformat()} .. {chunk_end.isoformat()}")
         chunk_start = chunk_end
-    counts = store.query((JOBS_DIR / "history_counts.sql").read_text(), {"ws": start, "we": end},
-                         tag="jobs.counts").result_rows
-    result.rows = {name: int(count) for name, count in counts}
+    result.rows = _history_counts(store, start, end)
     return result
+
+
+def _history_counts(store, start: datetime, end: datetime) -> dict[str, int]:
+    rows = store.query((JOBS_DIR / "history_counts.sql").read_text(), {"ws": start, "we": end},
+                       tag="jobs.counts").result_rows
+    return {name: int(count) for name, count in rows}
 
 
 def refresh(store) -> None:

@@ -1,3 +1,2 @@
 -- Explicit-window run of the replica_minutes job (after call_costs: it sums that view).
-DELETE FROM replica_minutes_history WHERE minute >= {ws:DateTime} AND minute < {we:DateTime};
 INSERT INTO replica_minutes_history SELECT * FROM job_replica_minutes(ws = {ws:DateTime}, we = {we:DateTime});

@@ -1,3 +1,2 @@
 -- Explicit-window run of the tasks job (after call_costs: it sums that view).
-DELETE FROM tasks_history WHERE minute >= {ws:DateTime} AND minute < {we:DateTime};
 INSERT INTO tasks_history SELECT * FROM job_tasks(ws = {ws:DateTime}, we = {we:DateTime});

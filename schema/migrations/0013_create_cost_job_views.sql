@@ -56,12 +56,40 @@ SELECT
 FROM units
 WHERE ev.12 < we AND (ev.13 > ws OR ev.12 >= ws);
 
--- 2. call_costs rows of [ws, we): each resolved call split into the minutes it overlaps
--- (work x overlap / duration; a zero-length call sits wholly in its start minute), each piece
--- priced at spend x piece work / all work on that replica-minute. A replica-minute with work is
--- up, so its spend = usd_per_gpu_hour x gpu_count / 60 with the GPU type and count from
--- `replicas` (else the configured default) and the gpu_prices row of that type with the latest
--- valid_from <= minute (none: 0).
+-- The resolved calls of a run are materialized once (resolution is the costliest step), then
+-- read by job_call_costs: the periodic chain replaces resolved_calls_live on every cycle
+-- (run_id 0); the explicit runner writes its chunk into resolved_calls_runs under a fresh run_id
+-- and deletes it afterwards.
+CREATE TABLE IF NOT EXISTS resolved_calls_live (
+    call_id String, trace_id String, call_source LowCardinality(String), replica LowCardinality(String),
+    gpu_type LowCardinality(String), model LowCardinality(String), task_id String,
+    task_type LowCardinality(String), tenant_id LowCardinality(String), task_step String, task_attempt UInt16,
+    prompt_tokens UInt32, cached_tokens UInt32, output_tokens UInt32, ttft_s Nullable(Float64), e2e_s Float64,
+    status LowCardinality(String), error_type LowCardinality(String), finish_reason LowCardinality(String),
+    partial UInt8, start_time DateTime64(9, 'UTC'), end_time DateTime64(9, 'UTC'),
+    call_work Float64 COMMENT 'work units = w_prefill x uncached prompt + w_decode x output'
+) ENGINE = MergeTree()
+ORDER BY (replica, start_time);
+
+CREATE TABLE IF NOT EXISTS resolved_calls_runs (
+    run_id UInt64 COMMENT 'the explicit run (chunk) that wrote the row',
+    call_id String, trace_id String, call_source LowCardinality(String), replica LowCardinality(String),
+    gpu_type LowCardinality(String), model LowCardinality(String), task_id String,
+    task_type LowCardinality(String), tenant_id LowCardinality(String), task_step String, task_attempt UInt16,
+    prompt_tokens UInt32, cached_tokens UInt32, output_tokens UInt32, ttft_s Nullable(Float64), e2e_s Float64,
+    status LowCardinality(String), error_type LowCardinality(String), finish_reason LowCardinality(String),
+    partial UInt8, start_time DateTime64(9, 'UTC'), end_time DateTime64(9, 'UTC'), call_work Float64,
+    written_at DateTime('UTC') DEFAULT now()
+) ENGINE = MergeTree()
+ORDER BY (run_id, replica, start_time)
+TTL written_at + INTERVAL 1 DAY;
+
+-- 2. call_costs rows of [ws, we) from the resolved calls of run run_id (0 = the periodic chain's):
+-- each call split into the minutes it overlaps (work x overlap / duration; a zero-length call
+-- sits wholly in its start minute), each piece priced at spend x piece work / all work on that
+-- replica-minute. A replica-minute with work is up, so its spend = usd_per_gpu_hour x gpu_count
+-- / 60 with the GPU type and count from `replicas` (else the configured default) and the
+-- gpu_prices row of that type with the latest valid_from <= minute (none: 0).
 -- Category as known at run time: no task -> unattributed; task failed or abandoned ->
 -- failed_task_waste; outcome unknown -> pending; task succeeded -> useful when the call succeeded
 -- (not error, not partial) with the highest successful attempt of its step, else retry_waste.
@@ -70,10 +98,16 @@ CREATE VIEW IF NOT EXISTS job_call_costs AS
 WITH
     {ws:DateTime} AS ws,
     {we:DateTime} AS we,
+    {run_id:UInt64} AS p_run_id,
     (SELECT argMax(abandon_timeout_s, synced_at) FROM cost_settings) AS abandon_timeout_s,
     (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
     (SELECT argMax(default_gpu_type, synced_at) FROM cost_settings) AS default_gpu_type,
     (SELECT argMax(default_gpu_count, synced_at) FROM cost_settings) AS default_gpu_count,
+    calls AS (
+        SELECT * FROM resolved_calls_live WHERE p_run_id = 0
+        UNION ALL
+        SELECT * EXCEPT (run_id, written_at) FROM resolved_calls_runs WHERE run_id = p_run_id AND p_run_id != 0
+    ),
     pieces AS (
         SELECT *, minute,
                toUnixTimestamp64Nano(start_time) AS s_ns,
@@ -82,35 +116,46 @@ WITH
                greatest(e_ns - s_ns, 0) AS dur_ns,
                if(dur_ns = 0, 0, greatest(least(e_ns, m_ns + 60000000000) - greatest(s_ns, m_ns), 0)) AS overlap_ns,
                if(dur_ns = 0, 1.0, overlap_ns / dur_ns) AS share,
-               toUInt8(minute = toStartOfMinute(start_time)) AS first_piece,
-               -- per task and step, over every call of the window (not only this minute's)
-               max(end_time) OVER (PARTITION BY task_id) AS task_last_end,
-               maxIf(task_attempt, status != 'error' AND partial = 0) OVER (PARTITION BY task_id, task_step) AS ok_attempt
-        FROM job_resolved_calls(ws = {ws:DateTime}, we = {we:DateTime})
+               toUInt8(minute = toStartOfMinute(start_time)) AS first_piece
+        FROM calls
         ARRAY JOIN arrayMap(i -> toDateTime(toStartOfMinute(start_time), 'UTC') + i * 60,
                             range(toUInt64(dateDiff('minute', toStartOfMinute(start_time), toStartOfMinute(end_time)) + 1))) AS minute
-    ),
-    kept AS (
-        SELECT *, sum(call_work * share) OVER (PARTITION BY replica, minute) AS total_work
-        FROM pieces
         WHERE minute >= ws AND minute < we AND (overlap_ns > 0 OR (dur_ns = 0 AND first_piece = 1))
     ),
+    minute_work AS (
+        SELECT replica AS mw_replica, minute AS mw_minute, sum(call_work * share) AS total_work
+        FROM pieces GROUP BY replica, minute
+    ),
+    -- per task and step, over every call of the window (not only this minute's)
+    task_last AS (
+        SELECT task_id AS tl_task_id, max(end_time) AS task_last_end FROM calls WHERE task_id != '' GROUP BY task_id
+    ),
+    step_ok AS (
+        SELECT task_id AS so_task_id, task_step AS so_step,
+               maxIf(task_attempt, status != 'error' AND partial = 0) AS ok_attempt
+        FROM calls WHERE task_id != '' GROUP BY task_id, task_step
+    ),
     roots AS (
-        SELECT task_id, argMax(outcome, end_time) AS root_outcome
+        SELECT task_id AS r_task_id, argMax(outcome, end_time) AS root_outcome
         FROM task_spans
         WHERE end_time >= ws - toIntervalSecond(2 * max_call_s)
           AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+          AND task_id IN (SELECT task_id FROM calls WHERE task_id != '')
         GROUP BY task_id
     ),
+    fleet AS (SELECT replica AS f_replica, gpu_type AS f_gpu_type, gpu_count AS f_gpu_count FROM replicas),
     sized AS (
-        SELECT k.*, toUInt8(f.f_replica != '') AS in_fleet,
+        SELECT k.*, mw.total_work AS total_work, tl.task_last_end AS task_last_end, so.ok_attempt AS ok_attempt,
+               toUInt8(f.f_replica != '') AS in_fleet,
                if(in_fleet, f.f_gpu_type, default_gpu_type) AS fleet_gpu_type,
                if(in_fleet, f.f_gpu_count, default_gpu_count) AS fleet_gpu_count,
                r.r_task_id != '' AS has_root, r.root_outcome AS root_outcome
-        FROM kept AS k
-        LEFT JOIN (SELECT replica AS f_replica, gpu_type AS f_gpu_type, gpu_count AS f_gpu_count FROM replicas) AS f
-            ON f.f_replica = k.replica
-        LEFT JOIN (SELECT task_id AS r_task_id, root_outcome FROM roots) AS r ON r.r_task_id = k.task_id
+        FROM pieces AS k
+        LEFT JOIN minute_work AS mw ON mw.mw_replica = k.replica AND mw.mw_minute = k.minute
+        LEFT JOIN task_last AS tl ON tl.tl_task_id = k.task_id
+        LEFT JOIN step_ok AS so ON so.so_task_id = k.task_id AND so.so_step = k.task_step
+        LEFT JOIN fleet AS f ON f.f_replica = k.replica
+        LEFT JOIN roots AS r ON r.r_task_id = k.task_id
     )
 SELECT
     s.minute AS minute, s.call_id AS call_id, s.trace_id AS trace_id, s.call_source AS call_source,
@@ -314,22 +359,7 @@ WITH
     {we:DateTime} AS we,
     (SELECT argMax(abandon_timeout_s, synced_at) FROM cost_settings) AS abandon_timeout_s,
     (SELECT argMax(task_lookback_s, synced_at) FROM cost_settings) AS task_lookback_s,
-    calls AS (
-        SELECT call_id, task_id, any(task_type) AS c_type, any(tenant_id) AS c_tenant, any(model) AS c_model,
-               any(task_step) AS c_step, any(task_attempt) AS c_attempt, any(status) AS c_status,
-               max(partial) AS c_partial, min(start_time) AS c_start, max(end_time) AS c_end,
-               any(ttft_s) AS c_ttft, sum(cost_usd) AS c_cost,
-               sum(prompt_tokens) AS c_p_tokens, sum(cached_tokens) AS c_c_tokens, sum(output_tokens) AS c_o_tokens
-        FROM call_costs
-        WHERE minute >= ws - toIntervalSecond(task_lookback_s) AND minute < we AND task_id != ''
-        GROUP BY call_id, task_id
-    ),
-    calls_ctx AS (
-        SELECT *,
-               max(c_end) OVER (PARTITION BY task_id) AS last_end,
-               maxIf(c_attempt, c_status != 'error' AND c_partial = 0) OVER (PARTITION BY task_id, c_step) AS ok_attempt
-        FROM calls
-    ),
+    (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
     roots AS (
         SELECT task_id AS r_task_id,
                argMax(tuple(task_type, tenant_id, tenant_priority, outcome, start_time, end_time,
@@ -338,6 +368,39 @@ WITH
         WHERE end_time >= ws - toIntervalSecond(task_lookback_s) AND end_time < we + toIntervalSecond(task_lookback_s)
         GROUP BY task_id
     ),
+    -- a rootless task is abandoned abandon_timeout_s after its last call: only calls ending in
+    -- [ws - timeout - max_call_s, we) can decide that for this window
+    recent_ends AS (
+        SELECT task_id AS re_task_id, max(end_time) AS re_last_end
+        FROM call_costs
+        WHERE minute >= ws - toIntervalSecond(abandon_timeout_s + max_call_s) AND minute < we AND task_id != ''
+        GROUP BY task_id
+        HAVING re_last_end + toIntervalSecond(abandon_timeout_s) >= ws
+           AND re_last_end + toIntervalSecond(abandon_timeout_s) < we
+    ),
+    ended_ids AS (
+        SELECT r_task_id AS id FROM roots WHERE r.6 >= ws AND r.6 < we
+        UNION ALL
+        SELECT re_task_id FROM recent_ends WHERE re_task_id NOT IN (SELECT r_task_id FROM roots)
+    ),
+    calls AS (
+        SELECT call_id, task_id, any(task_type) AS c_type, any(tenant_id) AS c_tenant, any(model) AS c_model,
+               any(task_step) AS c_step, any(task_attempt) AS c_attempt, any(status) AS c_status,
+               max(partial) AS c_partial, min(start_time) AS c_start, max(end_time) AS c_end,
+               any(ttft_s) AS c_ttft, sum(cost_usd) AS c_cost,
+               sum(prompt_tokens) AS c_p_tokens, sum(cached_tokens) AS c_c_tokens, sum(output_tokens) AS c_o_tokens
+        FROM call_costs
+        WHERE minute >= ws - toIntervalSecond(task_lookback_s) AND minute < we AND task_id != ''
+          AND task_id IN (SELECT id FROM ended_ids)
+        GROUP BY call_id, task_id
+    ),
+    calls_ctx AS (
+        SELECT *,
+               max(c_end) OVER (PARTITION BY task_id) AS last_end,
+               maxIf(c_attempt, c_status != 'error' AND c_partial = 0) OVER (PARTITION BY task_id, c_step) AS ok_attempt
+        FROM calls
+    ),
+    ended_roots AS (SELECT * FROM roots WHERE r_task_id IN (SELECT id FROM ended_ids)),
     joined AS (
         SELECT
             if(c.task_id != '', c.task_id, rt.r_task_id) AS t_id,
@@ -357,7 +420,7 @@ WITH
                     c.c_status != 'error' AND c.c_partial = 0 AND c.c_attempt = c.ok_attempt, 'useful',
                     'retry_waste') AS category
         FROM calls_ctx AS c
-        FULL OUTER JOIN roots AS rt ON rt.r_task_id = c.task_id
+        FULL OUTER JOIN ended_roots AS rt ON rt.r_task_id = c.task_id
         WHERE t_end >= ws AND t_end < we
     ),
     per_task AS (

@@ -8,8 +8,9 @@
 --   -> cost_watermark_mv   (APPEND) watermark := greatest(watermark, cutoff)
 --   -> cost_clock_mv       (replace) the next window: we = this minute, ws = we - job_window_s,
 --                          reaching back to the watermark (at most 1 day) after downtime;
---   -> cost_call_costs_mv -> cost_replica_minutes_mv -> cost_tasks_mv   (replace *_live)
---     the job views of 0013 over [ws, we) from job_clock: the same SQL the explicit runner uses.
+--   -> cost_resolved_calls_mv -> cost_call_costs_mv -> cost_replica_minutes_mv -> cost_tasks_mv
+--     (replace resolved_calls_live and *_live) the job views of 0013 over [ws, we) from
+--     job_clock: the same SQL the explicit runner uses.
 -- Readers see history below the watermark and live from it on (views below): every minute is
 -- read from exactly one table; a minute's late spans are absorbed until it is copied.
 
@@ -74,9 +75,13 @@ AS SELECT
     toDateTime(toStartOfMinute(now()), 'UTC') AS we,
     (SELECT argMax(job_window_s, synced_at) FROM cost_settings) AS window_s;
 
+CREATE MATERIALIZED VIEW IF NOT EXISTS cost_resolved_calls_mv
+REFRESH EVERY 1 MINUTE DEPENDS ON cost_clock_mv TO resolved_calls_live EMPTY
+AS SELECT * FROM job_resolved_calls(ws = (SELECT max(ws) FROM job_clock), we = (SELECT max(we) FROM job_clock));
+
 CREATE MATERIALIZED VIEW IF NOT EXISTS cost_call_costs_mv
-REFRESH EVERY 1 MINUTE DEPENDS ON cost_clock_mv TO call_costs_live EMPTY
-AS SELECT * FROM job_call_costs(ws = (SELECT max(ws) FROM job_clock), we = (SELECT max(we) FROM job_clock));
+REFRESH EVERY 1 MINUTE DEPENDS ON cost_resolved_calls_mv TO call_costs_live EMPTY
+AS SELECT * FROM job_call_costs(ws = (SELECT max(ws) FROM job_clock), we = (SELECT max(we) FROM job_clock), run_id = 0);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS cost_replica_minutes_mv
 REFRESH EVERY 1 MINUTE DEPENDS ON cost_call_costs_mv TO replica_minutes_live EMPTY

@@ -59,44 +59,6 @@ def hourly_plans(plan: BackfillPlan):
             yield dataclasses.replace(p, arrival_s=p.arrival_s + offset, task_id=f"{p.task_id}-{hour:04d}")
 
 
-class _Batcher:
-    """Merges the simulator's OTLP messages into large requests before ingesting them.
-
-    Each insert into the embedded store has a fixed cost (and chDB serialises calls), so one insert
-    per ~50k spans instead of one per simulator batch or metric tick keeps the backfill fast.
-    """
-
-    def __init__(self, store, max_spans: int = 50_000, max_metric_requests: int = 400):
-        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        self.store, self.max_spans, self.max_metric_requests = store, max_spans, max_metric_requests
-        self._trace_cls, self._metric_cls = ExportTraceServiceRequest, ExportMetricsServiceRequest
-        self.traces, self.metrics = ExportTraceServiceRequest(), ExportMetricsServiceRequest()
-        self.spans = self.metric_requests = 0
-        self.rejected = 0
-
-    def __call__(self, request) -> None:
-        if isinstance(request, self._trace_cls):
-            self.traces.resource_spans.extend(request.resource_spans)
-            self.spans += sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        else:
-            self.metrics.resource_metrics.extend(request.resource_metrics)
-            self.metric_requests += 1
-        if self.spans >= self.max_spans or self.metric_requests >= self.max_metric_requests:
-            self.flush()
-
-    def flush(self) -> None:
-        from collectors.ingest import ingest_metrics, ingest_traces
-
-        if self.spans:
-            self.rejected += ingest_traces(self.store, self.traces).rejected
-            self.traces, self.spans = self._trace_cls(), 0
-        if self.metric_requests:
-            self.rejected += ingest_metrics(self.store, self.metrics).rejected
-            self.metrics, self.metric_requests = self._metric_cls(), 0
-
-
 def estimate_tasks(plan: BackfillPlan) -> int:
     """Tasks the backfill will simulate, estimated from one hour of plans (sizes the progress bar)."""
     from serving.workloads import build_plans
@@ -115,7 +77,9 @@ def run_backfill(store, plan: BackfillPlan, progress: bool = True):
     """
     from serving.emulator.fleet_sim import simulate
 
-    batch = _Batcher(store)
+    from collectors.ingest import BufferedIngest
+
+    batch = BufferedIngest(store)  # one insert per ~100k rows: inserts into chDB have a fixed cost
     start_ns = int(plan.start.replace(tzinfo=plan.start.tzinfo or timezone.utc).timestamp()) * 1_000_000_000
     summary = simulate(hourly_plans(plan), plan.fleet, start_time_ns=start_ns, policy="least_loaded",
                        retry_policy=plan.retry_policy, faults=plan.faults, sink=batch, progress=progress,
@@ -123,5 +87,6 @@ def run_backfill(store, plan: BackfillPlan, progress: bool = True):
                        total=estimate_tasks(plan))
     batch.flush()
     if batch.rejected:
-        raise RuntimeError(f"the receiver's decode path rejected {batch.rejected} simulated spans or points")
+        raise RuntimeError(f"the receiver's decode path rejected {batch.rejected} simulated spans or points: "
+                           f"{batch.messages[:1]}")
     return summary

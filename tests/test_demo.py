@@ -1,0 +1,62 @@
+"""The short demo end to end, as CI runs it: `infercost demo --duration 2m --backfill-days 1`.
+
+Runs the real command in a subprocess (it owns its own embedded store), checks the dashboard
+answers on its port while it runs, and reads the final summary it writes: every table has rows, a
+cascading-degradation alert fired and names the slowed replica.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
+    dashboard_port, receiver_port = _free_port(), _free_port()
+    summary_path = tmp_path / "summary.json"
+    env = {**os.environ, "INFERCOST_DATA_DIR": str(tmp_path / "data"), "NO_PROXY": "127.0.0.1,localhost"}
+    cmd = [sys.executable, "-m", "infercost.cli", "demo", "--duration", "2m", "--backfill-days", "1",
+           "--port", str(dashboard_port), "--receiver-port", str(receiver_port), "--summary-json", str(summary_path)]
+    log = (tmp_path / "demo.log").open("w")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    answered = False
+    try:
+        deadline = time.monotonic() + 800
+        while proc.poll() is None and time.monotonic() < deadline:
+            if not answered:
+                try:
+                    answered = httpx.get(f"http://127.0.0.1:{dashboard_port}/_stcore/health", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    pass
+            time.sleep(2)
+        assert proc.wait(timeout=60) == 0, (tmp_path / "demo.log").read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = (tmp_path / "demo.log").read_text()
+    assert answered, "the dashboard never answered on its port"
+    summary = json.loads(summary_path.read_text())
+    empty = [table for table, rows in summary["tables"].items() if rows == 0]
+    assert not empty, f"tables without rows: {empty}"
+    cascades = [a for a in summary["alerts"] if a["rule"] == "cascading_degradation"]
+    assert cascades, f"no cascade alert; alerts: {[(a['rule'], a['replica']) for a in summary['alerts']]}"
+    assert {a["replica"] for a in cascades} == {"replica-2"}
+    assert "cost per successful task" in output and "alerts fired" in output

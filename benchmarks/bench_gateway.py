@@ -222,6 +222,13 @@ def run(coro):
     return asyncio.run(coro)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def overhead_buckets(gateway_url: str) -> list[tuple[float, float]]:
     """(upper bound s, cumulative count) of the gateway's infercost_gateway_overhead_seconds histogram."""
     out = []
@@ -322,14 +329,23 @@ def main() -> int:
         rps_targets["gateway (zero-work stub)"] = [gw_stub]
         if router_stub:
             rps_targets["vllm-router (zero-work stub)"] = [router_stub]
-        rps = {}
+        rps, cpu_ms = {}, {}
+        owners = {"gateway (emulated)": gw_proc, "gateway (zero-work stub)": gw_stub_proc,
+                  "vllm-router (emulated)": router_proc, "vllm-router (zero-work stub)": router_stub_proc}
         for name, urls in rps_targets.items():
+            proc = owners.get(name)
+            before = cpu_seconds(proc.pid) if proc is not None else None
             rps[name] = run(closed_loop(urls, 128, seconds=rps_seconds, max_tokens=1))
+            if before is not None and rps[name]["ok"]:
+                # vllm-router's launcher is a Python process that execs/waits for the Rust router: its
+                # own CPU is what /proc reports for that pid, so the router figure is indicative only.
+                cpu_ms[name] = 1000 * (cpu_seconds(proc.pid) - before) / rps[name]["ok"]
         print(f"\n## Maximum requests/s (128 concurrent streams, 1 output token, {rps_seconds:.0f} s each)")
-        print("| target | ok | failed | requests/s |")
-        print("|---|---|---|---|")
+        print("| target | ok | failed | requests/s | proxy CPU ms/request |")
+        print("|---|---|---|---|---|")
         for name, r in rps.items():
-            print(f"| {name} | {r['ok']} | {r['failed']} | {r['rps']:.0f} |")
+            cpu = f"{cpu_ms[name]:.2f}" if name in cpu_ms and name.startswith("gateway") else "-"
+            print(f"| {name} | {r['ok']} | {r['failed']} | {r['rps']:.0f} | {cpu} |")
         print("\n## Ratios (same run)")
         for kind in ("emulated", "zero-work stub"):
             g, d = rps[f"gateway ({kind})"]["rps"], rps[f"direct ({kind})"]["rps"]

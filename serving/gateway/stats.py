@@ -17,7 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 # Seconds. The GenAI semconv advice for gen_ai.server.time_to_first_token, extended to 60 s.
 # Seconds: the gateway's own added latency is expected well under a millisecond.
-OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
+OVERHEAD_BUCKETS = (0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.005, 0.01, 0.025, 0.05,
+                    0.1, 0.25, 0.5, 1.0, 2.5)
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 30.0, 60.0)
 
 

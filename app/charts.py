@@ -16,6 +16,15 @@ def bucket_for(range_s: float, points: int = 90) -> int:
     return BUCKETS_S[-1]
 
 
+def series_bucket(range_s: float) -> int:
+    """The live page's series bucket: :func:`bucket_for`, in whole hours from 12 h ranges up, so
+    wide ranges read the hourly pre-aggregation (schema/queries/ops.py, migration 0051)."""
+    bucket = bucket_for(range_s)
+    if range_s >= 12 * 3600:
+        bucket = max(3600, -(-bucket // 3600) * 3600)
+    return bucket
+
+
 def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height: int = 220,
           x_title: str = "time") -> alt.Chart:
     """A multi-line chart of ``series`` (column -> legend label) against ``x``."""

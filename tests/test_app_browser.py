@@ -105,6 +105,7 @@ def test_every_page_renders_in_chromium(served, artifacts):
 
     url, task = served
     pages = dict(PAGES)
+    pages["review"] = f"weekly_review{QUERY}&week=2026-W45"  # the week of the seeded hour
     if task not in ("", "-"):
         pages["task_drilldown"] = f"tasks{QUERY}&task={task}"
     with sync_playwright() as pw:

@@ -83,6 +83,13 @@ def test_waterfall_goes_from_spend_to_useful():
     assert costviews.ratio(2.0, 0.5) == 4.0 and costviews.ratio(1, 0) is None and costviews.ratio(None, 1) is None
 
 
+def test_series_bucket_is_whole_hours_for_wide_ranges():
+    from app.charts import series_bucket
+
+    assert series_bucket(3600) == 60 and series_bucket(6 * 3600) == 300
+    assert series_bucket(86400) == 3600 and series_bucket(7 * 86400) == 7200
+
+
 def test_triangle_auto_window():
     assert costviews.auto_window(3600) == 300 and costviews.auto_window(86400) == 3600
     assert costviews.auto_window(7 * 86400) == 21600 and costviews.auto_window(365 * 86400) == 86400

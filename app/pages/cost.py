@@ -87,6 +87,9 @@ if ratio:
             "idle GPUs are what the naive per-request figure hides.", icon=":material/lightbulb:")
 
 st.subheader("Where the money went")
+if any(f.query_filters().values()):
+    st.caption("The sidebar's model / tenant / task-type filters apply to the headline and the breakdowns; the "
+               "waterfall, the trend and data quality cover the whole fleet (their queries take no filters).")
 waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
 steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
 left, right = st.columns([3, 2])

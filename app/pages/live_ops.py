@@ -51,11 +51,11 @@ TILES = [
     ("Retry ratio", "retry_ratio", fmt.pct, True,
      "Retry attempts (client task.attempt >= 2, plus the gateway's hidden retries) / all attempts."),
     ("Queue (req)", "queue_depth", lambda v, s=False: fmt.count(v, "", s), True,
-     "Sum over replicas of the last vllm:num_requests_waiting in the window."),
+     "Sum over replicas of vllm:num_requests_waiting (each replica's newest minute in the window)."),
     ("Running (req)", "running", lambda v, s=False: fmt.count(v, "", s), False,
-     "Sum over replicas of the last vllm:num_requests_running (batch occupancy)."),
+     "Sum over replicas of vllm:num_requests_running (batch occupancy; newest minute)."),
     ("KV-cache use", "kv_cache_usage", fmt.pct, True,
-     "Mean over replicas of the last vllm:kv_cache_usage_perc (0-100 %)."),
+     "Mean over replicas of vllm:kv_cache_usage_perc (0-100 %; newest minute)."),
     ("Goodput (tasks/h)", "goodput_per_h", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
      "Successful tasks that met their end-to-end SLO (slo.e2e_ms), per hour."),
 ]
@@ -191,7 +191,7 @@ def finish_reasons(view: filters.Filters) -> None:
 @st.fragment(run_every=REFRESH_S if f.live else None)
 def live_panel() -> None:
     view = f.refreshed()
-    bucket_s = charts.bucket_for(view.seconds)
+    bucket_s = charts.series_bucket(view.seconds)
     try:
         tiles(view)
         replica_table(view, bucket_s)

@@ -33,6 +33,8 @@ x_label = c2.selectbox("Throughput", list(X_AXES), key="tri_x")
 y_label = c3.selectbox("Tail latency", list(Y_AXES), key="tri_y")
 window_s = WINDOWS[window_label] or costviews.auto_window(f.seconds)
 x, y = X_AXES[x_label], Y_AXES[y_label]
+if any(f.query_filters().values()):
+    st.caption("Points are whole replicas: the model / tenant / task-type filters do not apply here.")
 if window_label == "auto":
     st.caption(f"Window: {costviews.bucket_label(window_s)} per point.")
 

@@ -10,7 +10,9 @@ small dataclass; the app contains no SQL. Sources:
   (first -> last token over the gaps between tokens): a per-request mean; its p95 is over requests,
   which differs from vLLM's ``vllm:inter_token_latency_seconds`` histogram (one sample per gap).
 * ``otel_metrics_gauge``: vLLM's ``vllm:num_requests_running`` / ``_waiting`` /
-  ``vllm:kv_cache_usage_perc`` per replica (resource attribute ``service.instance.id``).
+  ``vllm:kv_cache_usage_perc`` per replica (resource attribute ``service.instance.id``), read
+  through its per-minute pre-aggregation ``ops_gauge_minutes`` (migration 0050): a tile is the mean
+  of the replica's newest minute with points in the window (windows are minute-aligned).
 * ``otel_traces`` task root spans for goodput (DESIGN.md: successful tasks per hour that met their
   latency SLO; here the end-to-end SLO ``slo.e2e_ms``).
 
@@ -37,7 +39,7 @@ FILTER_KEYS = ("model", "tenant", "task_type")
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
-HOUR_ROLLUP_MIN_RANGE_S = 2 * 86400  # multi-day ranges with whole-hour buckets read hours (0051)
+HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (0051)
 
 
 def _utc(value: datetime) -> datetime:
@@ -87,9 +89,10 @@ class WindowStats:
     error_rate: float | None = None
     error_source: str = ""  # which rows the error rate is measured on: gateway | engine | client
     retry_ratio: float | None = None
-    queue_depth: float | None = None  # sum over replicas of the last vllm:num_requests_waiting
-    running: float | None = None  # sum over replicas of the last vllm:num_requests_running
-    kv_cache_usage: float | None = None  # mean over replicas of the last vllm:kv_cache_usage_perc, 0..1
+    # Gauges: per replica, the mean of its newest minute with points in the window.
+    queue_depth: float | None = None  # sum over replicas of vllm:num_requests_waiting
+    running: float | None = None  # sum over replicas of vllm:num_requests_running
+    kv_cache_usage: float | None = None  # mean over replicas of vllm:kv_cache_usage_perc, 0..1
     tasks_ended: int = 0
     tasks_succeeded: int = 0
     tasks_within_slo: int = 0
@@ -197,7 +200,7 @@ def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = No
 
     Returns:
         :class:`FleetTiles`. Rates = counts / window seconds; goodput in tasks per hour; queue depth
-        and KV use from the last gauge point of each replica in the window.
+        and KV use from each replica's newest gauge minute in the window.
 
     Raises:
         ValueError: empty range or unknown filter. StoreError subclasses from the store.
@@ -222,8 +225,8 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
 
     Columns: replica, gpu_type, requests, output_tokens, ttft_p95_s, itl_p95_s, e2e_p95_s (seconds),
     error_rate (0..1: failed gateway attempts / gateway attempts where the gateway saw the replica,
-    else failed or aborted engine requests / engine requests), running, waiting (last gauge points),
-    kv_cache_usage (last, 0..1), ttft_vs_fleet and itl_vs_fleet (the replica's p95 / the median of
+    else failed or aborted engine requests / engine requests), running, waiting and kv_cache_usage
+    (0..1) (means of the replica's newest gauge minute in the window), ttft_vs_fleet and itl_vs_fleet (the replica's p95 / the median of
     the replicas' p95s), degraded (bool) and reason (text).
 
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
@@ -298,7 +301,7 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
 
     Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 0050):
     same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned;
-    ranges of 2 days or more with whole-hour buckets read ``ops_engine_hours`` (migration 0051).
+    ranges of 12 h or more with whole-hour buckets read ``ops_engine_hours`` (migration 0051).
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:

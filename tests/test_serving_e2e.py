@@ -287,3 +287,28 @@ def test_cumulative_usage_from_the_emulator(rig):
     client_row = [c for c in calls if c["source"] == "client"][0]
     assert (client_row["task_type"], client_row["step"], client_row["attempt"]) == ("copilot", "edit", 1)
     assert client_row["prompt"] == [c for c in calls if c["source"] == "engine"][0]["prompt"]
+
+
+def test_workload_plans_replayed_live_land_as_planned(rig, shared_data):
+    from serving.workloads import build_plans, run_live
+
+    gw, url = rig.gateway(policy="session_affinity")
+    provider = rig.client_provider()
+    plans = build_plans("azure", shared_data, mix={"chat": 1}, duration_s=6, max_tokens_cap=3, seed=5)
+    planned = {p.task_id: p.steps[0].calls[0] for p in plans}
+    assert len(planned) >= 3
+    report = asyncio.run(run_live(plans, url + "/v1", tracer_provider=provider, time_scale=20,
+                                  policy=RetryPolicy(max_attempts=1)))
+    assert report.outcomes == {"success": len(plans)}
+    rig.flush()
+    rows = rig.store.query(
+        "SELECT c.task_id, c.output_tokens, e.prompt_tokens, e.output_tokens FROM llm_calls AS c "
+        "INNER JOIN llm_calls AS g ON g.trace_id = c.trace_id AND g.call_source = 'gateway' "
+        "INNER JOIN llm_calls AS e ON e.parent_span_id = g.span_id AND e.call_source = 'engine' "
+        "WHERE c.call_source = 'client' AND c.task_id IN {ids:Array(String)}",
+        {"ids": list(planned)}, tag="test.e2e").result_rows
+    assert len(rows) == len(planned)
+    for task_id, client_out, engine_prompt, engine_out in rows:
+        call = planned[task_id]
+        # The emulator counts the prompt's words plus 4 chat-template tokens (role header, end of turn).
+        assert (client_out, engine_out, engine_prompt) == (call.output_tokens, call.output_tokens, call.prompt_tokens + 4)

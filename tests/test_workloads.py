@@ -125,6 +125,8 @@ def test_live_runner_outcomes_give_up_and_abandon():
     calls = [s for s in exporter.get_finished_spans() if s.name == "chat m" and s.attributes[sc.TASK_ID] == "fails"]
     assert sorted((s.attributes[sc.TASK_STEP], s.attributes[sc.TASK_ATTEMPT]) for s in calls) == \
         [("s1", 1), ("s2", 1), ("s2", 2)]
+    slow = [s for s in exporter.get_finished_spans() if s.name == "chat m" and s.attributes[sc.TASK_ID] == "slow"]
+    assert [(s.attributes[sc.ERROR_TYPE], s.attributes[sc.CLIENT_PARTIAL]) for s in slow] == [("cancelled", False)]
     ok_calls = [s for s in exporter.get_finished_spans() if s.name == "chat m" and s.attributes[sc.TASK_ID] == "ok"]
     assert [s.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] for s in ok_calls] == [4, 4, 4]
     sent = [r for r in stub.requests if "task.id=ok" in r[2]["baggage"]]

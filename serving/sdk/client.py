@@ -204,6 +204,8 @@ def classify(exc: BaseException, policy: RetryPolicy, streamed: bool) -> _Outcom
         return _Outcome(f"http.{status}", is_retryable_status(policy, status), retry_after)
     if isinstance(exc, StreamBroken):
         return _Outcome("stream_broken", True)
+    if isinstance(exc, asyncio.CancelledError):  # the task was abandoned / cancelled mid-attempt
+        return _Outcome("cancelled", False)
     if isinstance(exc, (openai.APITimeoutError, asyncio.TimeoutError, TimeoutError)):
         return _Outcome("timeout", True)
     if isinstance(exc, (openai.APIConnectionError, openai.APIError)):

@@ -142,7 +142,14 @@ def test_in_progress_task_is_pending_until_abandoned(cstore):
     assert cost.tasks_table(cstore, at(0), at(3600)).empty
     waste = cost.waste_breakdown(cstore, at(0), at(300)).set_index("category")
     assert waste.loc["pending", "usd"] == pytest.approx(0.1, **EXACT)
-    # The next run, past the timeout, calls it abandoned: its cost becomes failed-task waste.
+    # A later run of the next window only (past the timeout) calls it abandoned: the task row and
+    # the call drill-down say failed-task waste although minute 0's piece was computed as pending.
+    jobs.run_jobs(cstore, start=at(300), end=at(1200))
+    task = one(cost.tasks_table(cstore, at(0), at(3600)))
+    assert task["outcome"] == "abandoned"
+    assert task["failed_task_waste_usd"] == pytest.approx(0.1, **EXACT) and task["pending_usd"] == 0
+    assert one(cost.task_calls(cstore, "P"))["category"] == "failed_task_waste"
+    # Re-running the whole period relabels minute 0 too.
     jobs.run_jobs(cstore, start=at(0), end=at(1200))
     tasks = cost.tasks_table(cstore, at(0), at(3600))
     assert one(tasks)["outcome"] == "abandoned"

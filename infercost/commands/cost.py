@@ -91,7 +91,7 @@ def command(since, by, recompute, fleet_file, clickhouse_url):
     and older minutes are read as last computed.
     """
     from schema.fleet import FleetError, load_fleet, sync_fleet
-    from schema.jobs import refresh, run_jobs
+    from schema.jobs import refresh, run_jobs, watermark
     from schema.migrate import MigrationError, migrate
     from schema.queries import cost
     from schema.store import StoreError, connect
@@ -121,6 +121,10 @@ def command(since, by, recompute, fleet_file, clickhouse_url):
                        f"({run.rows.get('call_costs', 0):,} call-minute rows)", err=True)
         else:
             refresh(store)
+            # The periodic jobs catch up at most one day: with no history yet, a longer period is partial.
+            if watermark(store) is None and period > timedelta(days=1):
+                click.echo("note: minutes earlier than the last day may not be computed yet; "
+                           f"run 'infercost cost --since {since} --recompute' to compute the whole period", err=True)
         summary = cost.period_summary(store, start, end, by=by)
     except (MigrationError, StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -141,6 +141,16 @@ def _history_counts(store, start: datetime, end: datetime) -> dict[str, int]:
     return {name: int(count) for name, count in rows}
 
 
+def watermark(store) -> datetime | None:
+    """The history/live boundary (UTC, naive): minutes before it come from ``*_history``; None when
+    no run has set it yet. Minutes older than the live window and newer than it were never
+    computed unless a run covered them (``infercost cost --recompute``)."""
+    value = store.scalar((JOBS_DIR / "watermark.sql").read_text(), tag="jobs.watermark")
+    if value is None or value.year <= 1970:
+        return None
+    return value.replace(tzinfo=None)
+
+
 def refresh(store) -> None:
     """Run the periodic chain of refreshable materialized views once now and wait for it.
 

@@ -30,7 +30,8 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
     only where both sides have >= ``min_requests`` samples; error rate = errors / requests.
     FIRE: ratio >= ``cfg.ratio``, or error rate >= ``error_rate_min`` and >= ``error_ratio`` x
     max(others' median rate, ``error_floor``). CLEAR: ratio < ``clear_ratio`` and error rate <
-    ``error_clear``, or too little data to compare. HOLD otherwise.
+    ``error_clear`` or below half that multiple of the others' (it no longer stands out), or too
+    little data to compare. HOLD otherwise.
     """
     usable = {s["replica"]: s for s in stats if int(s["requests"]) >= cfg.min_requests}
     out = []
@@ -61,7 +62,9 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
         error_jump = error_rate >= cfg.error_rate_min and error_rate >= cfg.error_ratio * max(others_error, cfg.error_floor)
         if ratio >= cfg.ratio or error_jump:
             level = Level.FIRE
-        elif ratio < cfg.clear_ratio and error_rate < cfg.error_clear:
+        elif ratio < cfg.clear_ratio and (error_rate < cfg.error_clear
+                                          or error_rate < cfg.error_ratio / 2 * max(others_error, cfg.error_floor)):
+            # errors low, or no longer standing out (a fleet-wide overload fails every replica alike)
             level = Level.CLEAR
         else:
             level = Level.HOLD

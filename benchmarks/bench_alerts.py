@@ -149,9 +149,10 @@ class Outcome:
         return [c for c in self.changes if c[1] == RULE_CASCADE and c[2] == "firing"]
 
 
-def replay(store, s: Scenario, config: AlertConfig | None = None, step_s: int = 60, until_s: float | None = None) -> list:
+def replay(store, s: Scenario, config: AlertConfig | None = None, step_s: int = 60, until_s: float | None = None,
+           evaluator: Evaluator | None = None) -> list:
     """Evaluate minute by minute over the scenario; returns (minute, rule, state, replica) changes."""
-    evaluator = Evaluator(store, config or scenario_config())
+    evaluator = evaluator or Evaluator(store, config or scenario_config())
     changes = []
     end = until_s if until_s is not None else s.duration_s + 300
     for t in range(step_s, int(end) + 1, step_s):
@@ -169,8 +170,9 @@ def run(store, s: Scenario, config: AlertConfig | None = None) -> Outcome:
 
 
 def generated() -> list[Scenario]:
-    """The generated scenarios: 6 cascades (different replicas, slowdowns, loads, seeds; round-robin
-    routing keeps feeding the slow replica) and 8 without one (healthy at two loads, two pure load
+    """The generated scenarios: 7 cascades (different replicas, slowdowns, loads, seeds; round-robin
+    routing keeps feeding the slow replica; one metastable: near capacity, 6 s client timeouts and 5
+    attempts keep the fleet failing after the slow replica recovered) and 8 without one (healthy at two loads, two pure load
     spikes, a mild 1.2x slowdown, two slowdowns at loads too low for any retry, and a 3x slowdown
     behind least-loaded routing, which steers work away from it: degraded replicas, not cascades)."""
     return [
@@ -182,6 +184,8 @@ def generated() -> list[Scenario]:
                  cascade=True),
         Scenario("cascade-r1-3x-early", seed=16, rate=3.0, slow_replica="r1", slowdown=3.0, fault_at_s=300,
                  fault_until_s=900, cascade=True),
+        Scenario("metastable-r2-3x", seed=17, rate=4.6, slow_replica="r2", slowdown=3.0, fault_at_s=300,
+                 fault_until_s=600, timeout_s=6.0, max_attempts=5, cascade=True),
         Scenario("healthy-3", seed=21, rate=3.0),
         Scenario("healthy-3.5", seed=22, rate=3.5),
         Scenario("spike-2x", seed=23, rate=3.0, spike=2.0, spike_at_s=600, spike_until_s=900),

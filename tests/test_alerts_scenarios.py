@@ -10,7 +10,8 @@ import json
 import pytest
 
 from alerts.model import RULE_CASCADE, RULE_QUEUE, RULE_RETRY, RULE_SATURATION
-from benchmarks.bench_alerts import START, Scenario, load, replay
+from alerts.evaluator import Evaluator
+from benchmarks.bench_alerts import START, Scenario, load, replay, scenario_config
 from schema.queries import alerts as q
 
 pytestmark = pytest.mark.slow
@@ -66,3 +67,21 @@ def test_pure_load_spike_raises_saturation_and_queue_but_no_cascade(store):
     rules = {c[1] for c in _firing(changes)}
     assert RULE_SATURATION in rules and RULE_QUEUE in rules
     assert RULE_CASCADE not in {c[1] for c in changes}
+
+
+def test_metastable_cascade_stays_firing_after_the_culprit_recovers(store):
+    # Near capacity, with 6 s client timeouts and 5 attempts: r2 slowed 3x in minutes 5-10 tips the
+    # fleet into a state the retries sustain after r2 is healthy again (a metastable failure).
+    s = Scenario("metastable", seed=5, rate=4.6, duration_s=1200, slow_replica="r2", slowdown=3.0,
+                 fault_at_s=300, fault_until_s=600, timeout_s=6.0, max_attempts=5)
+    summary = load(store, s)
+    assert summary.tasks["failure"] > summary.tasks["success"]  # the fleet stayed failed
+    evaluator = Evaluator(store, scenario_config())
+    changes = replay(store, s, until_s=1200, evaluator=evaluator)
+    cascades = [c for c in changes if c[1] == RULE_CASCADE]
+    assert [(c[2], c[3]) for c in cascades] == [("firing", "r2")]  # never resolved
+    culprit_resolved = [c[0] for c in changes if c[1] == "replica_degradation" and c[3] == "r2" and c[2] == "resolved"]
+    assert culprit_resolved and 10 < culprit_resolved[0] < 20  # r2 recovered ...
+    alert = evaluator.lifecycle.get(RULE_CASCADE, "")
+    assert alert.state.value == "firing" and alert.figures["culprit_status"] == "recovered"  # ... the cascade did not
+    assert alert.figures["retry_level"] != "clear"

@@ -238,9 +238,13 @@ class AlertConfig:
         values are all reported in one ValueError."""
         problems: list[str] = []
         config = _build(cls, data or {}, "", problems)
+        try:
+            config.validate()
+        except ValueError as exc:
+            problems.append(str(exc).removeprefix("invalid alert configuration: "))
         if problems:
             raise ValueError("invalid alert configuration: " + "; ".join(problems))
-        return config.validate()
+        return config
 
 
 def _build(kind, data: dict[str, Any], prefix: str, problems: list[str]):
@@ -264,6 +268,8 @@ def _build(kind, data: dict[str, Any], prefix: str, problems: list[str]):
             values[key] = _build(type(default), value, f"{path}.", problems)
         elif isinstance(default, bool) or (isinstance(default, (int, float)) and not isinstance(value, (int, float))):
             problems.append(f"{path} must be a number, got {value!r}")
+        elif isinstance(default, int) and isinstance(value, float) and not value.is_integer():
+            problems.append(f"{path} must be a whole number, got {value!r}")
         else:
             values[key] = type(default)(value) if isinstance(default, (int, float)) and not isinstance(default, bool) else value
     return kind(**values)

@@ -233,6 +233,7 @@ def test_config_from_dict_reports_every_problem():
     config = AlertConfig.from_dict({"degradation": {"ratio": 2.0}, "slo": {"success_target": 0.995}})
     assert config.degradation.ratio == 2.0 and config.slo.success_target == 0.995
     with pytest.raises(ValueError) as err:
-        AlertConfig.from_dict({"nope": 1, "retry": {"min_rate": "x"}, "slo": {"goodput_target": 1.5}})
+        AlertConfig.from_dict({"nope": 1, "retry": {"min_rate": "x", "window_s": 2.5}, "slo": {"goodput_target": 1.5}})
     message = str(err.value)
+    assert "retry.window_s must be a whole number" in message and "slo.goodput_target must be in (0, 1)" in message
     assert "unknown setting 'nope'" in message and "retry.min_rate must be a number" in message

@@ -187,7 +187,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
 
     service = Service(store, settings)
     live_started = utcnow()
-    receiver = service.start_receiver()
+    receiver = service.start_receiver()  # the scraper below needs the replicas' URLs first
     otlp = f"http://{settings.receiver_host}:{receiver.port}"
     fleets = []
     for profile in dict.fromkeys(p for p, _ in REPLICAS.values()):
@@ -196,7 +196,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     replicas = {r.replica_id: r for fleet in fleets for r in fleet}
     service.extra.extend(fleets)
     service.scraper = Scraper([ScrapeTarget(f"{r.url}/metrics", rid, REPLICAS[rid][1], 1, MODEL)
-                               for rid, r in replicas.items()], store, interval_s=5.0)
+                               for rid, r in replicas.items()], receiver.metrics_sink, interval_s=5.0)
     service.scraper.start()
     gateway_provider = make_tracer_provider("infercost-gateway", otlp_endpoint=otlp)
     gateway = ServerThread(Gateway(GatewayConfig([Upstream(rid, r.url) for rid, r in replicas.items()],

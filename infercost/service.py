@@ -60,20 +60,21 @@ class Service:
     _stopped: bool = False
 
     def start_receiver(self, scrape_targets=()):
-        from collectors.receiver import Receiver, ReceiverConfig
+        """Start the OTLP/HTTP receiver (and a scraper of ``scrape_targets`` feeding its writer)."""
+        from infercost.commands.collector import receiver_config, start_collector
 
-        s = self.settings
-        config = ReceiverConfig(host=s.receiver_host, port=s.receiver_port, ingest_token=s.ingest_token,
-                                max_body_bytes=s.max_body_bytes, batch_max_rows=s.batch_max_rows,
-                                batch_max_seconds=s.batch_max_seconds, queue_max_rows=s.queue_max_rows,
-                                spool_dir=s.spool_dir, spool_max_bytes=s.spool_max_bytes)
-        self.receiver = Receiver(config, self.store).start()
-        if scrape_targets:
-            from collectors.scraper import Scraper
-
-            self.scraper = Scraper(list(scrape_targets), self.store)
-            self.scraper.start()
+        self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets)
         return self.receiver
+
+    def start_review_schedule(self):
+        """Start the weekly review schedule when ``INFERCOST_REVIEW_SCHEDULE`` is on; returns it or None."""
+        from infercost.commands.review import scheduler_from_settings
+
+        scheduler = scheduler_from_settings(self.store, self.settings)
+        if scheduler is not None:
+            scheduler.start()
+            self.extra.append(scheduler)
+        return scheduler
 
     def start_jobs(self):
         from schema import jobs

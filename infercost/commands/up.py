@@ -9,25 +9,11 @@ import click
 from infercost.settings import load_settings
 
 
-def _scrape_target(spec: str):
-    from collectors.scraper import ScrapeTarget
-
-    url, sep, ident = spec.rpartition("=")
-    parts = ident.split(":")
-    if not sep or not url.startswith(("http://", "https://")) or not parts[0]:
-        raise click.BadParameter(f"{spec!r}: expected URL=replica[:gpu_type[:gpu_count]]", param_hint="--scrape")
-    try:
-        count = int(parts[2]) if len(parts) > 2 else 1
-    except ValueError:
-        raise click.BadParameter(f"{spec!r}: gpu_count must be an integer", param_hint="--scrape") from None
-    return ScrapeTarget(url, parts[0], parts[1] if len(parts) > 1 else "", count)
-
-
 @click.command(name="up")
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
 @click.option("--fleet", "fleet_file", default=None, help="fleet.yaml (default INFERCOST_FLEET_FILE, ./fleet.yaml).")
 @click.option("--no-receiver", is_flag=True, help="Do not run the OTLP receiver (an OTel Collector writes the tables).")
-@click.option("--scrape", multiple=True, help="A vLLM /metrics URL=replica:gpu_type:gpu_count to scrape (repeat).")
+@click.option("--scrape", multiple=True, help="A vLLM /metrics URL=replica:gpu_type:gpu_count[:model] to scrape (repeat).")
 @click.option("--no-alerts", is_flag=True, help="Do not run the alert evaluator.")
 def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
     """Run the service: OTLP receiver (+ scraper), cost jobs, alert evaluator and the dashboard (main thread).
@@ -36,18 +22,21 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
     ClickHouse server the parts can also run alone: `infercost collector`, `alerts`, `dashboard`;
     the cost jobs are refreshable materialized views that the server runs by itself.
     """
+    from infercost.commands.collector import parse_scrape
     from infercost.service import Service, open_store, sync_fleet
     from schema.store import StoreError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(clickhouse_url=clickhouse_url, fleet_file=fleet_file)
-    targets = [_scrape_target(s) for s in scrape]
+    targets = [parse_scrape(s) for s in scrape]
     try:
         store = open_store(settings, echo=click.echo)
         sync_fleet(store, settings.fleet_file, echo=click.echo)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     service = Service(store, settings)
+    if no_receiver and targets:
+        raise click.UsageError("--scrape needs the receiver (drop --no-receiver)")
     try:
         if not no_receiver:
             receiver = service.start_receiver(targets)
@@ -55,6 +44,8 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
         service.start_jobs()
         if not no_alerts:
             service.start_alerts()
+        if service.start_review_schedule() is not None:
+            click.echo("weekly review: scheduled (INFERCOST_REVIEW_SCHEDULE)")
         click.echo(f"dashboard on http://{settings.dashboard_host}:{settings.dashboard_port}  (Ctrl-C stops)")
         service.serve_dashboard(block=True)
     finally:

@@ -57,3 +57,11 @@ def test_dockerfile_installs_every_package():
     text = (DOCKER / "Dockerfile").read_text()
     for package in ("infercost", "serving", "collectors", "schema", "alerts", "app"):
         assert f"COPY {package} ./{package}" in text
+
+
+def test_compose_fleet_file_is_valid_and_prices_the_compose_replica():
+    from schema.fleet import load_fleet
+
+    fleet = load_fleet(DOCKER / "fleet.yaml")
+    assert set(fleet.replicas) == {"vllm-0"}
+    assert fleet.gpu_types["H100"].prices[0].usd_per_gpu_hour == 3.60

@@ -107,15 +107,15 @@ def replica_saturation(store, now: datetime, window_s: int) -> list[dict[str, An
 
 
 def slo_windows(store, now: datetime, windows_s: Sequence[int], lookback_s: int = 3600) -> dict[int, dict[str, int]]:
-    """Task outcomes per look-back window from task root spans that ended in ``(now - w, now]``.
+    """Task outcomes per look-back window: task root spans that ended in minutes ``[now - w, now)``
+    (the per-minute rollup ``alerts_task_minutes``; exact for ``now`` on a minute boundary).
 
     Returns ``{window_s: {tasks, failed, not_good}}`` for every window asked (zeros when empty);
     ``failed`` = outcome failure/abandoned, ``not_good`` = not (success within ``slo.e2e_ms``).
-    ``lookback_s`` bounds how long before its window a task may have started. Raises StoreError.
+    ``lookback_s`` is unused (kept for callers). Raises StoreError.
     """
     windows = sorted({int(w) for w in windows_s})
-    found = _dicts(store, "alerts_slo_windows", now=utc(now), windows_s=windows, max_window_s=max(windows),
-                   lookback_s=int(lookback_s))
+    found = _dicts(store, "alerts_slo_windows", now=utc(now), windows_s=windows, max_window_s=max(windows))
     out = {w: {"tasks": 0, "failed": 0, "not_good": 0} for w in windows}
     for r in found:
         out[int(r["window_s"])] = {"tasks": int(r["tasks"]), "failed": int(r["failed"]), "not_good": int(r["not_good"])}

@@ -23,8 +23,9 @@ WITH
     (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
     units AS (
         SELECT
-            trace_id,
-            if(call_source = 'engine' AND parent_span_id != '', parent_span_id, span_id) AS unit_key,
+            any(trace_id) AS u_trace_id,
+            -- one 64-bit key per (trace, unit): hashing two strings once is cheaper than grouping by them
+            cityHash64(trace_id, if(call_source = 'engine' AND parent_span_id != '', parent_span_id, span_id)) AS unit_key,
             max(call_source = 'engine') AS has_engine,
             max(call_source = 'gateway') AS has_gateway,
             -- evidence row: engine (3) > gateway (2) > client (1); context row: gateway > client > engine
@@ -42,10 +43,10 @@ WITH
           AND NOT (call_source = 'client'
                    AND (trace_id, span_id) IN (SELECT trace_id, parent_span_id FROM gateway_requests
                                                WHERE start_time >= ws - toIntervalSecond(2 * max_call_s) AND start_time < we))
-        GROUP BY trace_id, unit_key
+        GROUP BY unit_key
     )
 SELECT
-    ev.1 AS call_id, trace_id, ev.2 AS call_source, ev.3 AS replica, ev.4 AS gpu_type,
+    ev.1 AS call_id, u_trace_id AS trace_id, ev.2 AS call_source, ev.3 AS replica, ev.4 AS gpu_type,
     if(ev.5 != '', ev.5, ctx.6) AS model,
     ctx.1 AS task_id, ctx.2 AS task_type, ctx.3 AS tenant_id, ctx.4 AS task_step, toUInt16(ctx.5) AS task_attempt,
     toUInt32(ev.6) AS prompt_tokens, toUInt32(ev.7) AS cached_tokens, toUInt32(ev.8) AS output_tokens,

@@ -86,84 +86,92 @@ if ratio:
     st.info(f"A successful task costs **{ratio:.1f}x** a request: retries, failed tasks, multi-call workflows and "
             "idle GPUs are what the naive per-request figure hides.", icon=":material/lightbulb:")
 
-st.subheader("Where the money went")
-if any(f.query_filters().values()):
-    st.caption("The sidebar's model / tenant / task-type filters apply to the headline and the breakdowns; the "
-               "waterfall, the trend and data quality cover the whole fleet (their queries take no filters).")
-waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
-steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
-left, right = st.columns([3, 2])
-with left:
-    fig = go.Figure(go.Waterfall(
-        orientation="v", x=[s["label"] for s in steps], y=[s["value"] for s in steps],
-        measure=[s["measure"] for s in steps], text=[fmt.usd(abs(s["value"])) for s in steps],
-        textposition="outside", connector={"line": {"color": "#999"}},
-        decreasing={"marker": {"color": "#d62728"}}, increasing={"marker": {"color": "#2ca02c"}},
-        totals={"marker": {"color": "#1f77b4"}},
-        hovertemplate="%{x}: %{text}<extra></extra>"))
-    fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
-    st.plotly_chart(fig, width="stretch", key="cost_waterfall")
-with right:
-    shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
-    ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
-        "USD": st.column_config.NumberColumn(format="$%.4f"),
-        "share of spend": st.column_config.NumberColumn(format="percent"),
-        "is_subset": st.column_config.CheckboxColumn("inside the others", help="partial streams are part of the "
-                                                     "categories above, not added to them"),
-        "tokens": st.column_config.NumberColumn("tokens", format="%d")})
-    partial = waste[waste["category"] == "partial"]
-    if len(partial):
-        p = partial.iloc[0]
-        st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}, "
-                   f"{fmt.count(p.get('tokens'), 'tokens')} — already counted inside the waste categories.")
+def details() -> None:
+    """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
+    st.subheader("Where the money went")
+    if any(f.query_filters().values()):
+        st.caption("The sidebar's model / tenant / task-type filters apply to the headline and the breakdowns; the "
+                   "waterfall, the trend and data quality cover the whole fleet (their queries take no filters).")
+    waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
+    steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
+    left, right = st.columns([3, 2])
+    with left:
+        fig = go.Figure(go.Waterfall(
+            orientation="v", x=[s["label"] for s in steps], y=[s["value"] for s in steps],
+            measure=[s["measure"] for s in steps], text=[fmt.usd(abs(s["value"])) for s in steps],
+            textposition="outside", connector={"line": {"color": "#999"}},
+            decreasing={"marker": {"color": "#d62728"}}, increasing={"marker": {"color": "#2ca02c"}},
+            totals={"marker": {"color": "#1f77b4"}},
+            hovertemplate="%{x}: %{text}<extra></extra>"))
+        fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
+        st.plotly_chart(fig, width="stretch", key="cost_waterfall")
+    with right:
+        shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
+        ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
+            "USD": st.column_config.NumberColumn(format="$%.4f"),
+            "share of spend": st.column_config.NumberColumn(format="percent"),
+            "is_subset": st.column_config.CheckboxColumn("inside the others", help="partial streams are part of the "
+                                                         "categories above, not added to them"),
+            "tokens": st.column_config.NumberColumn("tokens", format="%d")})
+        partial = waste[waste["category"] == "partial"]
+        if len(partial):
+            p = partial.iloc[0]
+            st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}, "
+                       f"{fmt.count(p.get('tokens'), 'tokens')} — already counted inside the waste categories.")
 
-st.subheader("By task type, tenant and model")
-tabs = st.tabs(["Task type", "Tenant", "Model"])
-for tab, by in zip(tabs, ("task_type", "tenant", "model")):
-    with tab:
-        df = ui.query("schema.queries.cost:period_summary", f.start, f.end, by, f.query_filters())
-        if not len(df):
-            ui.empty_state("No spend for these filters.")
-            continue
-        long = costviews.category_long(df)
-        st.altair_chart(costviews.stacked_categories(long, by), width="stretch")
-        ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
-                 column_config=costviews.GROUP_COLUMNS)
+    st.subheader("By task type, tenant and model")
+    tabs = st.tabs(["Task type", "Tenant", "Model"])
+    for tab, by in zip(tabs, ("task_type", "tenant", "model")):
+        with tab:
+            df = ui.query("schema.queries.cost:period_summary", f.start, f.end, by, f.query_filters())
+            if not len(df):
+                ui.empty_state("No spend for these filters.")
+                continue
+            long = costviews.category_long(df)
+            st.altair_chart(costviews.stacked_categories(long, by), width="stretch")
+            ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
+                     column_config=costviews.GROUP_COLUMNS)
 
-st.subheader("Trend")
-bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
-trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
-if not len(trend):
-    ui.empty_state("No trend yet in this range.")
-else:
-    t = ui.to_viewer(trend, ["bucket_start"], naive=True)
-    label = costviews.bucket_label(bucket_s)
-    cols = st.columns(3)
-    with cols[0]:
-        st.markdown(f"**CPST per {label} (USD)**")
-        st.altair_chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
-                                     "USD per successful task"), width="stretch")
-    with cols[1]:
-        st.markdown(f"**Spend per {label} (USD)**")
-        st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
-                                     "USD"), width="stretch")
-    with cols[2]:
-        st.markdown(f"**Successful tasks per {label}**")
-        st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
-                                                         "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
+    st.subheader("Trend")
+    bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
+    trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
+    if not len(trend):
+        ui.empty_state("No trend yet in this range.")
+    else:
+        t = ui.to_viewer(trend, ["bucket_start"], naive=True)
+        label = costviews.bucket_label(bucket_s)
+        cols = st.columns(3)
+        with cols[0]:
+            st.markdown(f"**CPST per {label} (USD)**")
+            st.altair_chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
+                                         "USD per successful task"), width="stretch")
+        with cols[1]:
+            st.markdown(f"**Spend per {label} (USD)**")
+            st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
+                                         "USD"), width="stretch")
+        with cols[2]:
+            st.markdown(f"**Successful tasks per {label}**")
+            st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
+                                                             "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
-st.subheader("Data quality")
-dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
-if not len(dq):
-    ui.empty_state("No replica was up in this range.")
-else:
-    for problem in costviews.quality_problems(dq):
-        st.warning(problem, icon=":material/warning:")
-    ui.table(dq, key="cost_dq", filename="data_quality.csv", column_config={
-        "token_gap_ratio": st.column_config.NumberColumn("token gap (share of counters)", format="percent"),
-        "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.2f"),
-        "span_tokens": st.column_config.NumberColumn("span tokens", format="%d"),
-        "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%d"),
-    })
-    st.caption("Span tokens come from the calls' spans; counter tokens from vLLM's vllm:prompt_tokens + "
-               "vllm:generation_tokens counters. A gap is work the spans missed (aborted streams, lost spans).")
+    st.subheader("Data quality")
+    dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
+    if not len(dq):
+        ui.empty_state("No replica was up in this range.")
+    else:
+        for problem in costviews.quality_problems(dq):
+            st.warning(problem, icon=":material/warning:")
+        ui.table(dq, key="cost_dq", filename="data_quality.csv", column_config={
+            "token_gap_ratio": st.column_config.NumberColumn("token gap (share of counters)", format="percent"),
+            "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.2f"),
+            "span_tokens": st.column_config.NumberColumn("span tokens", format="%d"),
+            "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%d"),
+        })
+        st.caption("Span tokens come from the calls' spans; counter tokens from vLLM's vllm:prompt_tokens + "
+                   "vllm:generation_tokens counters. A gap is work the spans missed (aborted streams, lost spans).")
+
+
+try:
+    details()
+except StoreError as exc:
+    ui.store_error(exc)

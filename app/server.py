@@ -124,6 +124,8 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
             handle._ready.set()
 
     bootstrap._fix_sys_path(MAIN_SCRIPT)
+    if hasattr(bootstrap, "prepare_streamlit_environment"):  # MIME types, secrets: what `run` would do
+        bootstrap.prepare_streamlit_environment(MAIN_SCRIPT)
     handle.thread = threading.Thread(target=_run, name="infercost-dashboard", daemon=True)
     handle.thread.start()
     if not handle._ready.wait(ready_timeout) or handle.error is not None:

@@ -39,10 +39,10 @@ WITH
             max(partial) AS any_partial,
             argMax(error_type, error_type != '') AS first_error_type
         FROM llm_calls
-        WHERE start_time >= ws - toIntervalSecond(2 * max_call_s) AND start_time < we
+        WHERE start_time >= ws - toIntervalSecond(max_call_s + 60) AND start_time < we
           AND NOT (call_source = 'client'
                    AND (trace_id, span_id) IN (SELECT trace_id, parent_span_id FROM gateway_requests
-                                               WHERE start_time >= ws - toIntervalSecond(2 * max_call_s) AND start_time < we))
+                                               WHERE start_time >= ws - toIntervalSecond(max_call_s + 60) AND start_time < we))
         GROUP BY unit_key
     )
 SELECT
@@ -384,15 +384,35 @@ WITH
         UNION ALL
         SELECT re_task_id FROM recent_ends WHERE re_task_id NOT IN (SELECT r_task_id FROM roots)
     ),
+    -- the ended tasks' pieces: a task with a root span started at its root's start, so those
+    -- are read from the earliest such start (at most task_lookback_s back); rootless ones from
+    -- task_lookback_s back
+    rooted_floor AS (
+        SELECT greatest(ws - toIntervalSecond(task_lookback_s),
+                        -- 5 minutes of slack for clock skew between the client's and the engines' hosts
+                        toStartOfMinute(toDateTime(ifNull(min(r.5), toDateTime64(ws, 9, 'UTC')), 'UTC')) - INTERVAL 5 MINUTE) AS floor_minute
+        FROM roots WHERE r.6 >= ws AND r.6 < we
+    ),
+    ended_pieces AS (
+        SELECT call_id, task_id, task_type, tenant_id, model, task_step, task_attempt, status, partial,
+               start_time, end_time, ttft_s, cost_usd, prompt_tokens, cached_tokens, output_tokens
+        FROM call_costs
+        WHERE minute >= (SELECT floor_minute FROM rooted_floor) AND minute < we AND task_id != ''
+          AND task_id IN (SELECT r_task_id FROM roots WHERE r.6 >= ws AND r.6 < we)
+        UNION ALL
+        SELECT call_id, task_id, task_type, tenant_id, model, task_step, task_attempt, status, partial,
+               start_time, end_time, ttft_s, cost_usd, prompt_tokens, cached_tokens, output_tokens
+        FROM call_costs
+        WHERE minute >= ws - toIntervalSecond(task_lookback_s) AND minute < we AND task_id != ''
+          AND task_id IN (SELECT re_task_id FROM recent_ends WHERE re_task_id NOT IN (SELECT r_task_id FROM roots))
+    ),
     calls AS (
         SELECT call_id, task_id, any(task_type) AS c_type, any(tenant_id) AS c_tenant, any(model) AS c_model,
                any(task_step) AS c_step, any(task_attempt) AS c_attempt, any(status) AS c_status,
                max(partial) AS c_partial, min(start_time) AS c_start, max(end_time) AS c_end,
                any(ttft_s) AS c_ttft, sum(cost_usd) AS c_cost,
                sum(prompt_tokens) AS c_p_tokens, sum(cached_tokens) AS c_c_tokens, sum(output_tokens) AS c_o_tokens
-        FROM call_costs
-        WHERE minute >= ws - toIntervalSecond(task_lookback_s) AND minute < we AND task_id != ''
-          AND task_id IN (SELECT id FROM ended_ids)
+        FROM ended_pieces
         GROUP BY call_id, task_id
     ),
     calls_ctx AS (

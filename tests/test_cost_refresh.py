@@ -42,6 +42,13 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     assert s["requests"] == 2 and s["useful_usd"] == pytest.approx(0.2, rel=1e-12)
     assert s["spend_usd"] == pytest.approx(0.3, rel=1e-12)  # 3 up minutes x $0.10
 
+    # The copy step run twice before the watermark moves (a manual refresh racing the schedule)
+    # copies minute 1 once.
+    for _ in range(2):
+        store.command("SYSTEM REFRESH VIEW cost_copy_call_costs_mv", tag="test")
+        store.command("SYSTEM WAIT VIEW cost_copy_call_costs_mv", tag="test")
+    assert store.scalar("SELECT count() FROM call_costs_history", tag="test") == 1
+
     # A late span of task B in minute 19 arrives; the next run absorbs it.
     sp.call(task_id="B", step="2", start=1141, end=1145, prompt=0, output=30, trace="trB")
     sp.flush(store)

@@ -12,7 +12,9 @@
 --     (replace resolved_calls_live and *_live) the job views of 0013 over [ws, we) from
 --     job_clock: the same SQL the explicit runner uses.
 -- Readers see history below the watermark and live from it on (views below): every minute is
--- read from exactly one table; a minute's late spans are absorbed until it is copied.
+-- read from exactly one table; a minute's late spans are absorbed until it is copied. A copy
+-- skips minutes history already holds, so an extra run (SYSTEM REFRESH VIEW while the schedule
+-- fires) never duplicates rows.
 
 CREATE TABLE IF NOT EXISTS cost_watermark (
     watermark DateTime('UTC') COMMENT 'minutes before this are read from *_history, from it on from *_live',
@@ -46,19 +48,25 @@ CREATE MATERIALIZED VIEW IF NOT EXISTS cost_copy_call_costs_mv
 REFRESH EVERY 1 MINUTE APPEND TO call_costs_history EMPTY
 AS SELECT * FROM call_costs_live
 WHERE minute >= (SELECT max(watermark) FROM cost_watermark)
-  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock);
+  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock)
+  AND minute NOT IN (SELECT DISTINCT minute FROM call_costs_history
+                     WHERE minute >= (SELECT max(watermark) FROM cost_watermark));
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS cost_copy_replica_minutes_mv
 REFRESH EVERY 1 MINUTE DEPENDS ON cost_copy_call_costs_mv APPEND TO replica_minutes_history EMPTY
 AS SELECT * FROM replica_minutes_live
 WHERE minute >= (SELECT max(watermark) FROM cost_watermark)
-  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock);
+  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock)
+  AND minute NOT IN (SELECT DISTINCT minute FROM replica_minutes_history
+                     WHERE minute >= (SELECT max(watermark) FROM cost_watermark));
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS cost_copy_tasks_mv
 REFRESH EVERY 1 MINUTE DEPENDS ON cost_copy_replica_minutes_mv APPEND TO tasks_history EMPTY
 AS SELECT * FROM tasks_live
 WHERE minute >= (SELECT max(watermark) FROM cost_watermark)
-  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock);
+  AND minute < (SELECT max(we) - toIntervalSecond(max(window_s) - 600) FROM job_clock)
+  AND minute NOT IN (SELECT DISTINCT minute FROM tasks_history
+                     WHERE minute >= (SELECT max(watermark) FROM cost_watermark));
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS cost_watermark_mv
 REFRESH EVERY 1 MINUTE DEPENDS ON cost_copy_tasks_mv APPEND TO cost_watermark EMPTY

@@ -26,8 +26,10 @@ def _r(value: float | None, digits: int = 4) -> float | None:
 def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) -> list[Signal]:
     """Verdicts per replica from :func:`schema.queries.alerts.replica_latency` rows.
 
-    ratio = max(ITL p50 / median of the other replicas' ITL p50s, same for TTFT p50), each taken
-    only where both sides have >= ``min_requests`` samples; error rate = errors / requests.
+    ratio = max(ITL p50 / median of the peers' ITL p50s, same for TTFT p50), each taken only where
+    both sides have >= ``min_requests`` samples; peers = the other replicas of the same GPU type when
+    there is at least one (a mixed H100/A100 fleet is not degraded by design), else all other
+    replicas (at least ``min_other_replicas``); error rate = errors / requests.
     FIRE: ratio >= ``cfg.ratio``, or error rate >= ``error_rate_min`` and >= ``error_ratio`` x
     max(others' median rate, ``error_floor``). CLEAR: ratio < ``clear_ratio`` and error rate <
     ``error_clear`` or below half that multiple of the others' (it no longer stands out), or too
@@ -38,16 +40,24 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
     for s in stats:
         replica = s["replica"]
         others = [o for name, o in usable.items() if name != replica]
+        # Peers on the same GPU type when there are any: an A100 is slower than an H100 by design, and
+        # a mixed fleet must not page for it; otherwise every other replica.
+        gpu = s.get("gpu_type") or ""
+        same = [o for o in others if gpu and (o.get("gpu_type") or "") == gpu]
+        if same:
+            others = same
         figures: dict[str, Any] = {"window_s": cfg.window_s, "requests": int(s["requests"]),
-                                   "other_replicas": len(others)}
-        if replica not in usable or len(others) < cfg.min_other_replicas:
+                                   "other_replicas": len(others), "peers": "same_gpu_type" if same else "fleet",
+                                   "gpu_type": gpu}
+        if replica not in usable or len(others) < (1 if same else cfg.min_other_replicas):
             out.append(Signal(RULE_DEGRADATION, replica, Level.CLEAR, "warning",
                               f"replica {replica}: too few calls to compare", figures, replica=replica))
             continue
         ratios = {}
         for metric, samples in (("itl_p50_s", "itl_samples"), ("ttft_p50_s", "ttft_samples")):
             peers = [float(o[metric]) for o in others if int(o[samples]) >= cfg.min_requests]
-            if int(s[samples]) >= cfg.min_requests and len(peers) >= cfg.min_other_replicas and median(peers) > 0:
+            if int(s[samples]) >= cfg.min_requests and len(peers) >= (1 if same else cfg.min_other_replicas) \
+                    and median(peers) > 0:
                 base = median(peers)
                 ratios[metric] = float(s[metric]) / base
                 figures[metric] = _r(s[metric])

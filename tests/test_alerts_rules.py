@@ -237,3 +237,22 @@ def test_config_from_dict_reports_every_problem():
     message = str(err.value)
     assert "retry.window_s must be a whole number" in message and "slo.goodput_target must be in (0, 1)" in message
     assert "unknown setting 'nope'" in message and "retry.min_rate must be a number" in message
+
+
+def test_degradation_compares_replicas_with_peers_of_their_gpu_type():
+    cfg = AlertConfig().degradation
+
+    def row(replica, gpu, itl):
+        return {"replica": replica, "gpu_type": gpu, "requests": 20, "ttft_samples": 20, "ttft_p50_s": 0.1,
+                "itl_samples": 20, "itl_p50_s": itl, "errors": 0, "queue_p95_s": 0.0}
+
+    # two H100 at 7 ms, two A100 at 11 ms: healthy (an A100 is just slower), though 11/7 = 1.57x the fleet
+    healthy = {s.key: s for s in rules.degradation_from_stats(
+        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011), row("a2", "A100", 0.011)], cfg)}
+    assert all(s.level is Level.CLEAR for s in healthy.values())
+    assert healthy["a1"].figures["peers"] == "same_gpu_type" and healthy["a1"].figures["itl_ratio"] == pytest.approx(1.0)
+    # a2 slowed 3x: 33 ms vs its A100 peer's 11 ms
+    slowed = {s.key: s for s in rules.degradation_from_stats(
+        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011), row("a2", "A100", 0.033)], cfg)}
+    assert slowed["a2"].level is Level.FIRE and slowed["a2"].figures["itl_ratio"] == pytest.approx(3.0)
+    assert slowed["a1"].level is Level.CLEAR

@@ -60,7 +60,7 @@ def _dicts(store, name: str, **params) -> list[dict[str, Any]]:
 def replica_latency(store, now: datetime, window_s: int, lookback_s: int = 900) -> list[dict[str, Any]]:
     """Per-replica engine latency over calls that ended in ``(now - window_s, now]``.
 
-    Returns one dict per replica: ``replica``, ``requests``, ``ttft_samples``, ``ttft_p50_s``,
+    Returns one dict per replica: ``replica``, ``gpu_type``, ``requests``, ``ttft_samples``, ``ttft_p50_s``,
     ``itl_samples``, ``itl_p50_s`` (decode_s / (output_tokens - 1), seconds per token), ``errors``
     (status error or finish reason abort/error), ``queue_p95_s``. ``lookback_s`` bounds call start
     times (the longest call expected) so the primary key prunes. Raises StoreError.

@@ -1,9 +1,11 @@
 -- Per replica, over engine calls that ENDED in (now - window_s, now]: request count, TTFT p50 (s),
 -- inter-token latency p50 (s; decode_s / (output_tokens - 1), the mean gap of one request, as vLLM's
--- request_time_per_output_token), errors (status error or finish reason abort/error) and queue-time p95 (s).
+-- request_time_per_output_token), errors (status error or finish reason abort/error), queue-time p95 (s)
+-- and the replica's GPU type (resource attribute gpu.type; '' when unknown).
 -- start_time is bounded too (lookback_s = the longest call we expect) so the primary key prunes parts.
 SELECT
     replica,
+    any(gpu_type) AS gpu_type,
     count() AS requests,
     countIf(ttft_s IS NOT NULL) AS ttft_samples,
     quantileExactIf(0.5)(ifNull(ttft_s, 0), ttft_s IS NOT NULL) AS ttft_p50_s,

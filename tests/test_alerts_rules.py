@@ -256,3 +256,12 @@ def test_degradation_compares_replicas_with_peers_of_their_gpu_type():
         [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011), row("a2", "A100", 0.033)], cfg)}
     assert slowed["a2"].level is Level.FIRE and slowed["a2"].figures["itl_ratio"] == pytest.approx(3.0)
     assert slowed["a1"].level is Level.CLEAR
+
+
+def test_queue_buckets_with_one_scrape_a_minute_on_minute_marks(store):
+    # scrapes at exactly now, now-60, now-120, now-180: one per bucket (now-180 is outside 3 buckets)
+    insert_gauges(store, [("r1", "vllm:num_requests_waiting", T0 - 60 * b * S, v) for b, v in
+                          ((0, 9.0), (1, 5.0), (2, 1.0), (3, 100.0))])
+    series = q.queue_series(store, T0, 60, 3)
+    assert {b: v["waiting"] for b, v in series.items()} == {0: 9.0, 1: 5.0, 2: 1.0}
+    assert rules.queue_signals(store, T0, AlertConfig())[0].level is Level.FIRE

@@ -1,4 +1,5 @@
--- Fleet queue depth per bucket, newest bucket = 0: buckets of bucket_s seconds counted back from now.
+-- Fleet queue depth per bucket, newest bucket = 0: bucket b holds points in (now - (b+1) x bucket_s,
+-- now - b x bucket_s] (a scrape exactly on a bucket edge belongs to the newer bucket's end).
 -- waiting = sum over replicas of the replica's mean vllm:num_requests_waiting in the bucket;
 -- replicas = replicas that reported in the bucket.
 SELECT
@@ -7,7 +8,7 @@ SELECT
     count() AS replicas
 FROM (
     SELECT
-        intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(TimeUnix) - 1,
+        intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(TimeUnix),
                {bucket_s:UInt32} * 1000) AS bucket,
         if(ResourceAttributes['service.instance.id'] != '', ResourceAttributes['service.instance.id'], ServiceName) AS replica,
         avg(Value) AS mean_waiting

@@ -1,7 +1,7 @@
 -- Fleet engine queue-time p95 (s; vLLM gen_ai.latency.time_in_queue) per bucket, newest bucket = 0,
 -- over engine calls that ended in the bucket.
 SELECT
-    intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(end_time) - 1,
+    intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(end_time),
            {bucket_s:UInt32} * 1000) AS bucket,
     count() AS requests,
     quantileExact(0.95)(queue_s) AS queue_p95_s

@@ -361,12 +361,13 @@ WITH
     (SELECT argMax(abandon_timeout_s, synced_at) FROM cost_settings) AS abandon_timeout_s,
     (SELECT argMax(task_lookback_s, synced_at) FROM cost_settings) AS task_lookback_s,
     (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
+    -- root spans that ended in the window (the exporter's ORDER BY makes this a range read)
     roots AS (
         SELECT task_id AS r_task_id,
                argMax(tuple(task_type, tenant_id, tenant_priority, outcome, start_time, end_time,
                             slo_ttft_ms, slo_e2e_ms), end_time) AS r
         FROM task_spans
-        WHERE end_time >= ws - toIntervalSecond(task_lookback_s) AND end_time < we + toIntervalSecond(task_lookback_s)
+        WHERE end_time >= ws AND end_time < we
         GROUP BY task_id
     ),
     -- a rootless task is abandoned abandon_timeout_s after its last call: only calls ending in
@@ -379,10 +380,12 @@ WITH
         HAVING re_last_end + toIntervalSecond(abandon_timeout_s) >= ws
            AND re_last_end + toIntervalSecond(abandon_timeout_s) < we
     ),
-    ended_ids AS (
-        SELECT r_task_id AS id FROM roots WHERE r.6 >= ws AND r.6 < we
-        UNION ALL
-        SELECT re_task_id FROM recent_ends WHERE re_task_id NOT IN (SELECT r_task_id FROM roots)
+    rootless AS (
+        SELECT re_task_id AS rl_task_id FROM recent_ends
+        WHERE re_task_id NOT IN (
+            SELECT task_id FROM task_spans
+            WHERE end_time >= ws - toIntervalSecond(task_lookback_s) AND end_time < we + toIntervalSecond(task_lookback_s)
+              AND task_id IN (SELECT re_task_id FROM recent_ends))
     ),
     -- the ended tasks' pieces: a task with a root span started at its root's start, so those
     -- are read from the earliest such start (at most task_lookback_s back); rootless ones from
@@ -391,20 +394,20 @@ WITH
         SELECT greatest(ws - toIntervalSecond(task_lookback_s),
                         -- 5 minutes of slack for clock skew between the client's and the engines' hosts
                         toStartOfMinute(toDateTime(ifNull(min(r.5), toDateTime64(ws, 9, 'UTC')), 'UTC')) - INTERVAL 5 MINUTE) AS floor_minute
-        FROM roots WHERE r.6 >= ws AND r.6 < we
+        FROM roots
     ),
     ended_pieces AS (
         SELECT call_id, task_id, task_type, tenant_id, model, task_step, task_attempt, status, partial,
                start_time, end_time, ttft_s, cost_usd, prompt_tokens, cached_tokens, output_tokens
         FROM call_costs
         WHERE minute >= (SELECT floor_minute FROM rooted_floor) AND minute < we AND task_id != ''
-          AND task_id IN (SELECT r_task_id FROM roots WHERE r.6 >= ws AND r.6 < we)
+          AND task_id IN (SELECT r_task_id FROM roots)
         UNION ALL
         SELECT call_id, task_id, task_type, tenant_id, model, task_step, task_attempt, status, partial,
                start_time, end_time, ttft_s, cost_usd, prompt_tokens, cached_tokens, output_tokens
         FROM call_costs
         WHERE minute >= ws - toIntervalSecond(task_lookback_s) AND minute < we AND task_id != ''
-          AND task_id IN (SELECT re_task_id FROM recent_ends WHERE re_task_id NOT IN (SELECT r_task_id FROM roots))
+          AND task_id IN (SELECT rl_task_id FROM rootless)
     ),
     calls AS (
         SELECT call_id, task_id, any(task_type) AS c_type, any(tenant_id) AS c_tenant, any(model) AS c_model,
@@ -421,7 +424,7 @@ WITH
                maxIf(c_attempt, c_status != 'error' AND c_partial = 0) OVER (PARTITION BY task_id, c_step) AS ok_attempt
         FROM calls
     ),
-    ended_roots AS (SELECT * FROM roots WHERE r_task_id IN (SELECT id FROM ended_ids)),
+    ended_roots AS (SELECT * FROM roots),
     joined AS (
         SELECT
             if(c.task_id != '', c.task_id, rt.r_task_id) AS t_id,

@@ -39,6 +39,28 @@ REPLICAS = {
     "replica-3": ("a100-llama-3.1-8b", "A100"),
 }
 MIX = {"chat": 0.6, "copilot": 0.3, "research_agent": 0.1}
+# The demo replicas run with vLLM's --max-num-seqs 16 (a latency-first setting; vLLM's default is
+# 256) so that a laptop-sized load can bring the fleet near capacity, where a slow GPU cascades.
+MAX_NUM_SEQS = 16
+
+
+def demo_profile(base: str) -> str:
+    """Register (once) and return the name of ``base`` with ``max_num_seqs = MAX_NUM_SEQS``."""
+    from serving.emulator import profiles
+
+    name = f"{base}-seqs{MAX_NUM_SEQS}"
+    if name not in profiles.PROFILES:
+        profiles.PROFILES[name] = profiles.PROFILES[base].with_overrides(name=name, max_num_seqs=MAX_NUM_SEQS)
+    return name
+
+
+def alert_config():
+    """The alert rules' settings for the demo fleet (saturation at the replicas' --max-num-seqs)."""
+    from alerts.config import AlertConfig
+
+    config = AlertConfig()
+    config.saturation.max_running = MAX_NUM_SEQS
+    return config
 
 
 @dataclass
@@ -49,12 +71,13 @@ class DemoOptions:
     backfill_days: float = 7.0
     reset: bool = False
     backfill_rate_scale: float = 0.05
-    live_rate_scale: float = 0.05
+    live_rate_scale: float = 0.15
     incident_after_s: float = 180.0
     incident_replica: str = "replica-2"
     incident_factor: float = 3.0
     incident_length_s: float = 600.0
-    client_timeout_s: float = 20.0
+    client_timeout_s: float = 10.0
+    incident_surge_rate_scale: float = 4.0  # the backfilled incident happens at a peak, near capacity
     seed: int = 0
     summary_json: Path | None = None
 
@@ -93,9 +116,12 @@ def backfill_history(store, options: DemoOptions, now: datetime, echo=print) -> 
     incident_at = max(0.0, span_s - 3 * 3600)
     faults = [FaultEvent(incident_at, options.incident_replica, "slowdown", options.incident_factor,
                          incident_at + 1200)]
+    # A peak from 15 min before the fault to 30 min after it: near capacity, the slow GPU's timeouts
+    # and retries spill onto the healthy replicas (measured: the cascade rule names the culprit).
+    surges = [(max(0.0, incident_at - 900), incident_at + 1800, options.incident_surge_rate_scale)]
     plan = BackfillPlan(start=start, end=end, rate_scale=options.backfill_rate_scale,
-                        fleet=[ReplicaSpec(rid, profile, gpu) for rid, (profile, gpu) in REPLICAS.items()],
-                        faults=faults, seed=options.seed, mix=MIX,
+                        fleet=[ReplicaSpec(rid, demo_profile(profile), gpu) for rid, (profile, gpu) in REPLICAS.items()],
+                        faults=faults, surges=surges, seed=options.seed, mix=MIX,
                         retry_policy=_retry_policy(options.client_timeout_s))
     echo(f"backfill: simulating {options.backfill_days:g} day(s) of the fleet in virtual time "
          f"({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC), incident on {options.incident_replica} "
@@ -109,7 +135,7 @@ def backfill_history(store, options: DemoOptions, now: datetime, echo=print) -> 
     replay_from = start + timedelta(seconds=incident_at) - timedelta(minutes=30)
     replay_to = min(now, start + timedelta(seconds=incident_at + 1200) + timedelta(minutes=60))
     echo(f"alerts: replaying the evaluator minute by minute over {replay_from:%H:%M} .. {replay_to:%H:%M} UTC")
-    service = AlertService(store)
+    service = AlertService(store, alert_config())
     t = replay_from
     while t <= replay_to:
         service.step(now=t)
@@ -192,7 +218,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     fleets = []
     for profile in dict.fromkeys(p for p, _ in REPLICAS.values()):
         ids = [rid for rid, (p, _) in REPLICAS.items() if p == profile]
-        fleets.append(start_replicas(len(ids), profile, ids=ids, otlp_endpoint=otlp, seed=options.seed))
+        fleets.append(start_replicas(len(ids), demo_profile(profile), ids=ids, otlp_endpoint=otlp, seed=options.seed))
     replicas = {r.replica_id: r for fleet in fleets for r in fleet}
     service.extra.extend(fleets)
     service.scraper = Scraper([ScrapeTarget(f"{r.url}/metrics", rid, REPLICAS[rid][1], 1, MODEL)
@@ -209,7 +235,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
                       make_tracer_provider("infercost-demo-client", otlp_endpoint=otlp)).start()
     service.extra.append(load)
     jobs.start(store)
-    service.start_alerts()
+    service.start_alerts(config=alert_config())
     dashboard = serve(store, settings.dashboard_host, settings.dashboard_port, block=False,
                       otlp_endpoint=f"{otlp}/v1/traces")
     service.extra.insert(0, dashboard)
@@ -226,7 +252,8 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     echo(f"  OTLP receiver  {otlp}/v1/traces   (receiver metrics: {otlp}/metrics)")
     echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; 4 emulated replicas behind it)")
     echo(f"  incident       {options.incident_replica} slowed {options.incident_factor:g}x in "
-         f"{options.incident_after_s:.0f} s: the cascade alert should name it")
+         f"{options.incident_after_s:.0f} s (live load is light: expect a replica-degradation alert); the backfilled "
+         f"peak-hour incident shows the full cascade on the Alerts page")
     echo("  Ctrl-C stops everything." if options.duration_s is None else f"  stopping in {options.duration_s:.0f} s.")
     deadline = time.monotonic() + options.duration_s if options.duration_s else None
     try:

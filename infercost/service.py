@@ -81,11 +81,11 @@ class Service:
 
         jobs.start(self.store)
 
-    def start_alerts(self, notifiers=None):
+    def start_alerts(self, notifiers=None, config=None):
         from alerts.service import AlertService
 
         stats = (lambda: self.receiver.stats) if self.receiver is not None else None
-        self.alerts = AlertService(self.store, receiver_stats=stats, notifiers=notifiers).start()
+        self.alerts = AlertService(self.store, config, receiver_stats=stats, notifiers=notifiers).start()
         return self.alerts
 
     def serve_dashboard(self, block: bool = True):

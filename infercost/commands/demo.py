@@ -32,7 +32,7 @@ def parse_duration(value: str | None) -> float | None:
 @click.option("--backfill-days", type=float, default=7.0, show_default=True,
               help="Days of history simulated in virtual time before going live (0 = none).")
 @click.option("--reset", is_flag=True, help="Delete the demo's data first (default: reuse it).")
-@click.option("--rate-scale", type=float, default=0.05, show_default=True,
+@click.option("--rate-scale", type=float, default=0.15, show_default=True,
               help="Live call rate as a fraction of the Azure 2023 conversation trace's.")
 @click.option("--backfill-rate-scale", type=float, default=0.05, show_default=True,
               help="Backfill call rate at the daily peak, as a fraction of the trace's.")

@@ -22,6 +22,7 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
     ClickHouse server the parts can also run alone: `infercost collector`, `alerts`, `dashboard`;
     the cost jobs are refreshable materialized views that the server runs by itself.
     """
+    from infercost.commands.alerts import load_alert_config
     from infercost.commands.collector import parse_scrape
     from infercost.service import Service, open_store, sync_fleet
     from schema.store import StoreError
@@ -32,6 +33,7 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
     try:
         store = open_store(settings, echo=click.echo)
         sync_fleet(store, settings.fleet_file, echo=click.echo)
+        alert_config = None if no_alerts else load_alert_config(settings.fleet_file)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     service = Service(store, settings)
@@ -43,7 +45,7 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
             click.echo(f"OTLP/HTTP receiver on http://{settings.receiver_host}:{receiver.port}/v1/traces")
         service.start_jobs()
         if not no_alerts:
-            service.start_alerts()
+            service.start_alerts(config=alert_config)
         if service.start_review_schedule() is not None:
             click.echo("weekly review: scheduled (INFERCOST_REVIEW_SCHEDULE)")
         click.echo(f"dashboard on http://{settings.dashboard_host}:{settings.dashboard_port}  (Ctrl-C stops)")

@@ -143,6 +143,8 @@ class Fleet(_Strict):
     slos: dict[str, Slo] = Field(default_factory=dict)
     abandon_timeout_s: int = Field(default=1800, ge=1)
     jobs: Jobs = Field(default_factory=Jobs)
+    # The alert rules' settings; validated by alerts.config.AlertConfig.from_dict (alerts/README.md).
+    alerts: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("replicas")
     @classmethod

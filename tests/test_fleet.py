@@ -95,3 +95,28 @@ def test_sync_replaces_the_fleet_tables(cstore):
     weights = cstore.query("SELECT argMax(w_prefill, synced_at), argMax(w_decode, synced_at) FROM cost_settings",
                            tag="test").result_rows[0]
     assert tuple(weights) == (0.5, 2.0)
+
+
+def test_fleet_file_carries_the_alert_settings(tmp_path):
+    """One fleet.yaml for prices and alert rules: the cost model accepts the `alerts:` section and
+    the alert service reads it."""
+    from infercost.commands.alerts import load_alert_config
+    from schema.fleet import load_fleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text("gpu_types: {H100: {prices: [{usd_per_gpu_hour: 3.0}]}}\n"
+                    "alerts: {saturation: {max_running: 16}}\n")
+    assert load_fleet(path).alerts == {"saturation": {"max_running": 16}}
+    assert load_alert_config(path).saturation.max_running == 16
+
+
+def test_example_fleet_file_is_valid():
+    from pathlib import Path
+
+    from infercost.commands.alerts import load_alert_config
+    from schema.fleet import load_fleet
+
+    example = Path(__file__).resolve().parents[1] / "fleet.example.yaml"
+    fleet = load_fleet(example)
+    assert fleet.gpu_types["H100"].prices[0].usd_per_gpu_hour == 3.60
+    assert load_alert_config(example).saturation.max_running == 256

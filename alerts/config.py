@@ -164,11 +164,14 @@ class SloConfig:
 class IngestionConfig:
     """Rule 7, ingestion health (issue 7): newest-row lag (span ends or gauge points) >= ``max_lag_s``
     (5 min: 20 scrapes at the scraper's 15 s interval missed), receiver rejections since the last
-    evaluation, spooled bytes (store writes failing), store unavailable."""
+    evaluation, a spool backlog >= ``spool_backlog_bytes`` (every accepted request passes through the
+    receiver's spool, so a small backlog is normal; 64 MiB is the OTLP body cap, i.e. more than one
+    full request waiting: store writes are falling behind or failing), store unavailable."""
 
     max_lag_s: int = 300
     lookback_s: int = 86400
     for_s: int = 60
+    spool_backlog_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass

@@ -44,8 +44,12 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
         # a mixed fleet must not page for it; otherwise every other replica.
         gpu = s.get("gpu_type") or ""
         same = [o for o in others if gpu and (o.get("gpu_type") or "") == gpu]
+        # Same-type replicas that exist but lack samples are no reason to compare with other GPU types.
+        has_same_type = any(o["replica"] != replica and gpu and (o.get("gpu_type") or "") == gpu for o in stats)
         if same:
             others = same
+        elif has_same_type:
+            others = []
         figures: dict[str, Any] = {"window_s": cfg.window_s, "requests": int(s["requests"]),
                                    "other_replicas": len(others), "peers": "same_gpu_type" if same else "fleet",
                                    "gpu_type": gpu}

@@ -121,9 +121,11 @@ def ingestion_from_inputs(now: datetime, newest: dict[str, datetime | None], sta
                           f"receiver rejected {new_rejections} item(s) since the last evaluation ({rejected} in total)",
                           {"rejected_total": rejected, "rejected_new": new_rejections}))
         spooled = int(getattr(stats, "spooled_bytes", 0) or 0)
-        out.append(Signal(RULE_INGESTION, "spooled", Level.FIRE if spooled > 0 else Level.CLEAR, "warning",
-                          f"receiver spooled {spooled} bytes to disk (store writes failing)",
-                          {"spooled_bytes": spooled}))
+        backlog = spooled >= cfg.spool_backlog_bytes
+        out.append(Signal(RULE_INGESTION, "spooled", Level.FIRE if backlog else Level.CLEAR, "warning",
+                          f"receiver spool backlog {spooled} bytes (threshold {cfg.spool_backlog_bytes}): "
+                          f"store writes falling behind or failing",
+                          {"spooled_bytes": spooled, "spool_backlog_bytes": cfg.spool_backlog_bytes}))
         available = bool(getattr(stats, "store_available", True))
         out.append(store_signal(available, "receiver reports the store unavailable"))
     return out

@@ -217,13 +217,14 @@ def test_ingestion_lag_and_receiver_stats(store):
     assert signals[0].key == "lag" and signals[0].level is Level.FIRE and signals[0].figures["lag_s"] == 400
     assert rejected is None
 
-    stats = SimpleNamespace(received=10, stored=7, rejected=3, spooled_bytes=2048, queue_rows=0,
+    stats = SimpleNamespace(received=10, stored=7, rejected=3, spooled_bytes=64 * 1024 * 1024, queue_rows=0,
                             newest_row_time_ns=0, store_available=False)
     out = {s.key: s for s in rules_health.ingestion_from_inputs(T0, newest, stats, 1, cfg.ingestion)}
     assert out["rejected"].level is Level.FIRE and out["rejected"].figures["rejected_new"] == 2
     assert out["spooled"].level is Level.FIRE
     assert out["store_unavailable"].level is Level.FIRE and out["store_unavailable"].severity == "critical"
-    calm = SimpleNamespace(rejected=3, spooled_bytes=0, store_available=True)
+    # Every accepted request passes through the spool: a small backlog is normal, not an alert.
+    calm = SimpleNamespace(rejected=3, spooled_bytes=64 * 1024 * 1024 - 1, store_available=True)
     out = {s.key: s for s in rules_health.ingestion_from_inputs(T0, {"newest_span": None, "newest_metric": None},
                                                                  calm, 3, cfg.ingestion)}
     assert all(s.level is Level.CLEAR for s in out.values())
@@ -265,3 +266,19 @@ def test_queue_buckets_with_one_scrape_a_minute_on_minute_marks(store):
     series = q.queue_series(store, T0, 60, 3)
     assert {b: v["waiting"] for b, v in series.items()} == {0: 9.0, 1: 5.0, 2: 1.0}
     assert rules.queue_signals(store, T0, AlertConfig())[0].level is Level.FIRE
+
+
+def test_degradation_never_compares_across_gpu_types_when_same_type_peers_are_quiet():
+    """a1's only A100 peer has too few calls: a1 (11 ms) must not be judged against the H100s (7 ms,
+    1.57x), which is what paged on the demo's light live load before."""
+    cfg = AlertConfig().degradation
+
+    def row(replica, gpu, itl, requests=20):
+        return {"replica": replica, "gpu_type": gpu, "requests": requests, "ttft_samples": requests,
+                "ttft_p50_s": 0.1, "itl_samples": requests, "itl_p50_s": itl, "errors": 0, "queue_p95_s": 0.0}
+
+    out = {s.key: s for s in rules.degradation_from_stats(
+        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011),
+         row("a2", "A100", 0.011, requests=1)], cfg)}
+    assert out["a1"].level is Level.CLEAR and "too few calls" in out["a1"].summary
+    assert out["a1"].figures["other_replicas"] == 0

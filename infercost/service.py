@@ -99,7 +99,8 @@ class Service:
         if self._stopped:
             return
         self._stopped = True
-        for part in [*reversed(self.extra), self.alerts, self.scraper, self.receiver]:
+        # The scraper first (it polls the replicas in extra), the receiver last (it drains what came in).
+        for part in [self.scraper, *reversed(self.extra), self.alerts, self.receiver]:
             if part is None:
                 continue
             try:

@@ -48,6 +48,22 @@ def store():
     drop_store(s)
 
 
+@pytest.fixture(scope="module")
+def module_store():
+    """One migrated database for a whole test module (migrating takes seconds); tests that use it
+    empty the tables they write with :func:`emptied` in their own ``store`` fixture."""
+    s = new_store()
+    yield s
+    drop_store(s)
+
+
+def emptied(store, *tables: str):
+    """TRUNCATE ``tables`` (our own table names) of ``store`` and return it."""
+    for table in tables:
+        store.command(f"TRUNCATE TABLE {table}", tag="test.truncate")
+    return store
+
+
 @pytest.fixture
 def empty_store():
     """A fresh database with no tables."""

@@ -22,7 +22,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors.receiver import Receiver, ReceiverConfig
 from collectors.spool import HEADER, KIND_TRACES, Spool, SpoolFull, SpoolLocked
-from conftest import ROOT, drop_store, new_store
+from conftest import ROOT, emptied
 from schema.store import StoreQueryError, StoreUnavailable
 
 T0 = 1_764_400_000_000_000_000
@@ -44,18 +44,9 @@ def _span_ids(first: int, n: int) -> list[str]:
     return sorted(format(i + 1, "016x") for i in range(first, first + n))
 
 
-@pytest.fixture(scope="module")
-def module_store():
-    s = new_store()
-    yield s
-    drop_store(s)
-
-
 @pytest.fixture
 def store(module_store):
-    for table in ("otel_traces", "llm_calls", "otel_traces_trace_id_ts"):
-        module_store.command(f"TRUNCATE TABLE {table}", tag="test.truncate")
-    return module_store
+    return emptied(module_store, "otel_traces", "llm_calls", "otel_traces_trace_id_ts")
 
 
 # --- the spool on its own ----------------------------------------------------------------------------

@@ -14,23 +14,14 @@ from opentelemetry.sdk.resources import Resource
 
 from collectors.ingest import ingest_metrics
 from collectors.receiver import Receiver, ReceiverConfig
-from conftest import drop_store, new_store
+from conftest import emptied
 
 T0 = 1_764_400_000_000_000_000
 
 
-@pytest.fixture(scope="module")
-def module_store():
-    s = new_store()
-    yield s
-    drop_store(s)
-
-
 @pytest.fixture
 def store(module_store):
-    for table in ("otel_metrics_gauge", "otel_metrics_sum", "otel_metrics_histogram"):
-        module_store.command(f"TRUNCATE TABLE {table}", tag="test.truncate")
-    return module_store
+    return emptied(module_store, "otel_metrics_gauge", "otel_metrics_sum", "otel_metrics_histogram")
 
 
 def test_sdk_metrics_export_is_stored(store, tmp_path):

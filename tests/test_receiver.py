@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from collectors.receiver import Receiver, ReceiverConfig
-from conftest import drop_store, new_store
+from conftest import emptied
 from schema import semconv as sc
 
 T0 = 1_764_400_000_123_456_789  # 2025-11-29T07:06:40.123456789Z
@@ -46,19 +46,9 @@ FROM otel_traces ORDER BY SpanName
 """
 
 
-@pytest.fixture(scope="module")
-def module_store():
-    """One migrated database for the module (migrating takes seconds); tests empty the span tables."""
-    s = new_store()
-    yield s
-    drop_store(s)
-
-
 @pytest.fixture
 def store(module_store):
-    for table in ("otel_traces", "llm_calls", "otel_traces_trace_id_ts"):
-        module_store.command(f"TRUNCATE TABLE {table}", tag="test.truncate")
-    return module_store
+    return emptied(module_store, "otel_traces", "llm_calls", "otel_traces_trace_id_ts")
 
 
 @pytest.fixture

@@ -74,6 +74,7 @@ def estimate_tasks(plan: BackfillPlan) -> int:
     one_hour = len(build_plans("azure", plan.data_dir, plan.mix, rate_scale=plan.rate_scale, duration_s=HOUR,
                                seed=plan.seed))
     weight = sum(diurnal_factor(plan.start + timedelta(hours=h)) for h in range(plan.hours))
+    weight += sum((until_s - at_s) / HOUR * rate / plan.rate_scale for at_s, until_s, rate in plan.surges)
     return max(1, int(one_hour * weight))
 
 

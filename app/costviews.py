@@ -129,8 +129,10 @@ def bucket_label(seconds: int) -> str:
 def quality_problems(dq: pd.DataFrame) -> list[str]:
     """Human sentences for the data-quality flags worth a warning (thresholds: 5 % token gap)."""
     out = []
+    from app.fmt import md_escape
+
     for _, r in dq.iterrows():
-        replica = r.get("replica", "?")
+        replica = md_escape(r.get("replica", "?"))
         gap = r.get("token_gap_ratio")
         if gap is not None and not pd.isna(gap) and abs(float(gap)) > 0.05:
             out.append(f"{replica}: the engine counters saw {float(gap):.0%} more tokens than the spans "

@@ -14,6 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 import streamlit as st
 
+from app.fmt import md_escape
+
 UTC = timezone.utc
 PRESETS: dict[str, tuple[str, int]] = {
     "15m": ("Last 15 minutes", 15 * 60),
@@ -180,7 +182,7 @@ def sidebar(option_values=None) -> Filters:
         values[key] = "" if chosen == ALL else chosen
     sb.caption(f"Times in {getattr(tz, 'key', 'UTC')}; stored in UTC.")
     for problem in state.get("_filters_problems", ()):
-        sb.warning(f"Link parameter ignored: {problem}")
+        sb.warning(f"Link parameter ignored: {md_escape(problem)}")
     filters = Filters(start=start, end=end, preset=preset, live=live, **values)
     now_params = _params_now()
     # Keep the pages' own parameters (e.g. ?task=, ?q=); replace only the filters'.

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import filters, store_provider, ui
+from app import auth, filters, store_provider, ui
 
 st.set_page_config(page_title="infercost", page_icon=":material/paid:", layout="wide")
+auth.gate()
 
 PAGES = [
     st.Page("pages/live_ops.py", title="Live operations", icon=":material/monitor_heart:", default=True),
@@ -20,6 +21,7 @@ PAGES = [
     st.Page("pages/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
     st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
     st.Page("pages/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
+    # (room for more, e.g. a Planner page: add its st.Page here)
 ]
 
 page = st.navigation(PAGES)
@@ -29,4 +31,5 @@ except store_provider.NoStore as exc:
     st.error(str(exc), icon=":material/error:")
     st.stop()
 filters.sidebar(option_values=lambda start, end: ui.query("schema.queries.ops:filter_values", start, end))
-page.run()
+with ui.guarded("page"):
+    page.run()

@@ -44,7 +44,10 @@ def _flag_options(host: str, port: int) -> dict:
         "browser_gatherUsageStats": False,
         "global_developmentMode": False,
         "client_toolbarMode": "viewer",
-        "client_showErrorDetails": "full",
+        # Viewers never see a traceback: pages show a short error with an id (app.ui.guarded) and the
+        # traceback goes to the log; "none" covers anything that escapes that.
+        "client_showErrorDetails": "none",
+        "client_showSidebarNavigation": False,  # st.navigation draws it; never Streamlit's raw page list
         "logger_hideWelcomeMessage": False,
         "theme_base": "light",
     }
@@ -78,7 +81,7 @@ class DashboardHandle:
 
 
 def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, *,
-          otlp_endpoint: str | None = None, ready_timeout: float = 30.0) -> DashboardHandle | None:
+          otlp_endpoint: str | None = None, ready_timeout: float = 30.0, auth=None) -> DashboardHandle | None:
     """Serve the dashboard over ``store`` on ``host:port``.
 
     Args:
@@ -87,6 +90,8 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
         block: run in the calling (main) thread until stopped; else in a background thread.
         otlp_endpoint: the URL shown in empty states ("point vLLM's --otlp-traces-endpoint at ...").
         ready_timeout: seconds to wait for the background server to listen.
+        auth: an :class:`app.auth.AuthConfig` (token / basic gate); None = open (OIDC still applies when
+            Streamlit's ``[auth]`` secrets are configured).
 
     Returns:
         None after a blocking run ends; a :class:`DashboardHandle` for ``block=False``.
@@ -96,6 +101,9 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
     """
     from streamlit.web import bootstrap
 
+    from app import auth as auth_gate
+
+    auth_gate.configure(auth)
     store_provider.set_store(store, otlp_endpoint=otlp_endpoint)
     flags = _flag_options(host, port)
     bootstrap.load_config_options(flag_options=flags)

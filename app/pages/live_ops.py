@@ -123,7 +123,8 @@ def replica_table(view: filters.Filters, bucket_s: int) -> None:
     ui.table(table, key="live_replicas", filename="replica_health.csv", column_config=config)
     flagged = health[health["degraded"]]
     for _, r in flagged.iterrows():
-        st.warning(f"Replica **{r['replica']}** ({r['gpu_type'] or 'unknown GPU'}) looks degraded: {r['reason']}.",
+        st.warning(f"**{fmt.md_escape(r['replica'])}** ({fmt.md_escape(r['gpu_type'] or 'unknown GPU')}) looks "
+                   f"degraded: {fmt.md_escape(r['reason'])}.",
                    icon=":material/warning:")
 
 

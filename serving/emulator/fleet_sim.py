@@ -266,6 +266,10 @@ class FleetSimulator(ReplicaEvents):
 
     def start_step(self, t, task):
         steps = task.plan.steps
+        if task.plan.fail_at_step is not None and task.step_i == task.plan.fail_at_step + 1:
+            # The client rejected the previous step's result (serving.workloads.runner does the same live).
+            self.finish_task(t, task, "failure", "step_rejected")
+            return
         if task.step_i >= len(steps):
             self.finish_task(t, task, "success" if task.failed_steps == 0 else "failure", task.last_error)
             return
@@ -471,6 +475,10 @@ class FleetSimulator(ReplicaEvents):
         ttft = req.first_token + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S - a.t0 if req.first_token is not None else None
         self.end_attempt(t, a, error_type=None, status=200, tokens=req.out, gw_error=None, finish=req.finish_reason,
                          ttft=ttft)
+        if a.n <= a.call.rejected_attempts and a.n < self.rp.max_attempts:
+            # The client rejects this answer (e.g. an invalid tool call) and asks again at once.
+            self.start_attempt(t, (a.task, a.ci, a.n + 1))
+            return
         self.call_done(t, a, True)
 
     def end_attempt(self, t, a, *, error_type, status, tokens, gw_error, finish, ttft):

@@ -89,11 +89,13 @@ if ratio:
 def details() -> None:
     """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
     st.subheader("Where the money went")
-    if any(f.query_filters().values()):
-        st.caption("The sidebar's model / tenant / task-type filters apply to the headline and the breakdowns; the "
-                   "waterfall, the trend and data quality cover the whole fleet (their queries take no filters).")
-    waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
-    steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
+    filtered = any(f.query_filters().values())
+    if filtered:
+        waste = costviews.summary_waste_table(summary)
+        steps = costviews.summary_waterfall(summary, filtered=True)
+    else:
+        waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
+        steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
     left, right = st.columns([3, 2])
     with left:
         fig = go.Figure(go.Waterfall(
@@ -104,7 +106,7 @@ def details() -> None:
             totals={"marker": {"color": "#1f77b4"}},
             hovertemplate="%{x}: %{text}<extra></extra>"))
         fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
-        st.plotly_chart(fig, width="stretch", key="cost_waterfall")
+        st.plotly_chart(fig, width="stretch", key="cost_waterfall", config={"displaylogo": False})
     with right:
         shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
@@ -114,10 +116,18 @@ def details() -> None:
                                                          "categories above, not added to them"),
             "tokens": st.column_config.NumberColumn("tokens", format="%d")})
         partial = waste[waste["category"] == "partial"]
-        if len(partial):
+        if len(partial) and partial.iloc[0]["usd"]:
             p = partial.iloc[0]
-            st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}, "
-                       f"{fmt.count(p.get('tokens'), 'tokens')} — already counted inside the waste categories.")
+            st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}"
+                       + (f", {fmt.count(p.get('tokens'), 'tokens')}" if "tokens" in p else "")
+                       + " — already counted inside the waste categories.")
+    if filtered:
+        fleet = costviews.summary_row(ui.query("schema.queries.cost:period_summary", f.start, f.end, None, {}))
+        st.caption(
+            f"Every figure above is computed under the sidebar's filters. Idle GPU time belongs to no task, "
+            f"tenant or model: this view carries a share of it in proportion to its allocated cost "
+            f"({fmt.usd(summary.get('idle_usd'))}). Fleet-wide, unfiltered: idle "
+            f"{fmt.usd((fleet or {}).get('idle_usd'))} of {fmt.usd((fleet or {}).get('spend_usd'))} spend.")
 
     st.subheader("By task type, tenant and model")
     tabs = st.tabs(["Task type", "Tenant", "Model"])
@@ -132,7 +142,7 @@ def details() -> None:
             ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
                      column_config=costviews.GROUP_COLUMNS)
 
-    st.subheader("Trend")
+    st.subheader("Trend" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
     bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
     trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
     if not len(trend):
@@ -154,7 +164,7 @@ def details() -> None:
             st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
                                                              "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
-    st.subheader("Data quality")
+    st.subheader("Data quality" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
     dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
     if not len(dq):
         ui.empty_state("No replica was up in this range.")

@@ -81,7 +81,9 @@ def tiles(view: filters.Filters) -> None:
 
 
 def replica_table(view: filters.Filters, bucket_s: int) -> None:
-    st.subheader("Replica health")
+    st.subheader(f"Replica health · last {window_label}")
+    st.caption(f"Figures over the tile window ({window_label} ending {ui.local_time(view.end, '%H:%M')}); "
+               "the TTFT trend column spans the whole range.")
     start = view.end - timedelta(seconds=window_s)
     health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), live=True)
     if not len(health):
@@ -129,7 +131,7 @@ def replica_table(view: filters.Filters, bucket_s: int) -> None:
 
 
 def time_series(view: filters.Filters, bucket_s: int) -> None:
-    st.subheader("Latency and load over time")
+    st.subheader(f"Latency and load over time · whole range ({filters.PRESETS.get(view.preset, ('custom',))[0].lower()})")
     st.caption(f"Quantiles over the requests of each {fmt.seconds(bucket_s) if bucket_s < 60 else f'{bucket_s // 60} min'} "
                f"bucket (never lifetime averages); times in {ui.tz_label()}.")
     series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
@@ -175,7 +177,7 @@ def time_series(view: filters.Filters, bucket_s: int) -> None:
 
 
 def finish_reasons(view: filters.Filters) -> None:
-    st.subheader("Finish reasons")
+    st.subheader(f"Finish reasons · last {window_label}")
     start = view.end - timedelta(seconds=window_s)
     df = ui.query("schema.queries.ops:finish_reasons", start, view.end, view.query_filters(), live=True)
     if not len(df):

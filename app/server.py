@@ -47,7 +47,6 @@ def _flag_options(host: str, port: int) -> dict:
         # Viewers never see a traceback: pages show a short error with an id (app.ui.guarded) and the
         # traceback goes to the log; "none" covers anything that escapes that.
         "client_showErrorDetails": "none",
-        "client_showSidebarNavigation": False,  # st.navigation draws it; never Streamlit's raw page list
         "logger_hideWelcomeMessage": False,
         "theme_base": "light",
     }

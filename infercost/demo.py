@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from infercost.service import Service, open_store, sync_fleet
+from infercost.service import Service, check_exposure, dashboard_auth, open_store, sync_fleet
 from schema.redact import redact
 from infercost.settings import Settings
 
@@ -236,6 +236,8 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     from serving.gateway.config import Upstream
     from serving.gateway.server import ServerThread
     from serving.sdk.telemetry import make_tracer_provider
+    check_exposure(settings.dashboard_host, settings, "dashboard")
+    check_exposure(settings.api_host, settings, "query API", token_only=True)
     data_dir = Path(settings.data_dir)
     if options.reset:
         reset_data(settings, echo)
@@ -276,8 +278,9 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     service.extra.append(load)
     jobs.start(store)
     service.start_alerts(config=alert_config())
+    api = service.start_api()
     dashboard = serve(store, settings.dashboard_host, settings.dashboard_port, block=False,
-                      otlp_endpoint=f"{otlp}/v1/traces")
+                      otlp_endpoint=f"{otlp}/v1/traces", auth=dashboard_auth(settings))
     service.extra.insert(0, dashboard)
 
     incident = replicas[options.incident_replica]
@@ -291,6 +294,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     echo(f"  dashboard      {dashboard.url}   (Live operations, Cost per successful task, Triangle, Tasks, Alerts, Weekly review)")
     echo(f"  OTLP receiver  {otlp}/v1/traces   (receiver metrics: {otlp}/metrics)")
     echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; 4 emulated replicas behind it)")
+    echo(f"  query API      {api.url}   (JSON; cost metrics for Prometheus: {api.url.rsplit('/api/', 1)[0]}/metrics)")
     echo(f"  incident       {options.incident_replica} slowed {options.incident_factor:g}x in "
          f"{options.incident_after_s:.0f} s (live load is light: expect a replica-degradation alert); the backfilled "
          f"peak-hour incident shows the full cascade on the Alerts page")

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -98,6 +99,41 @@ def _settle(page, timeout_s: float = 90.0) -> None:
         quiet = quiet + 1 if page.locator(busy).count() == 0 else 0
         page.wait_for_timeout(250)
     page.wait_for_timeout(1000)  # let charts draw (vega / plotly render after the script ends)
+
+
+def test_deep_link_loads_fully_on_a_cold_server(served, artifacts):
+    """Issue 17 fault 4: the FIRST request to a fresh server is a page URL with parameters (an alert
+    link): the page must load with the router's sidebar filters and wide layout, not Streamlit's raw
+    page list. (Runs first in this module, so the server has not served `/` yet.) Also issue 14 item 7:
+    a crafted task id in the URL stays text (no image fetched, no link)."""
+    from playwright.sync_api import sync_playwright
+
+    url, _ = served
+    evil = "![x](http://127.0.0.1:9/pixel.png) [log in again](javascript:alert(1)) <img src=x>"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_context(viewport={"width": 1500, "height": 1200}).new_page()
+            page.goto(f"{url}/cost?range=24h&end=2026-11-02T11:00:00Z&tenant=acme", wait_until="domcontentloaded")
+            _settle(page)
+            page.screenshot(path=str(artifacts / "dashboard_cold_deep_link.png"), full_page=True)
+            body = page.inner_text("body")
+            assert "Cost per successful task" in page.inner_text("h1")
+            sidebar = page.inner_text('[data-testid="stSidebar"]')
+            assert "Time range" in sidebar and "Tenant" in sidebar, sidebar
+            assert "Live operations" in sidebar  # the router's navigation, not the file names
+            assert "live ops" not in sidebar.lower() and "triangle" not in sidebar.split("Filters")[0].lower()
+            width = page.evaluate("document.querySelector('[data-testid=\"stMainBlockContainer\"]').offsetWidth")
+            assert width > 1000, f"narrow layout: {width}px"
+            assert "tenant=acme" in page.url and "Page not found" not in body
+
+            page.goto(f"{url}/tasks?range=1h&end=2026-11-02T11:00:00Z&task=" + quote(evil), wait_until="domcontentloaded")
+            _settle(page)
+            assert page.locator('img[src*="pixel.png"], img[src="x"]').count() == 0
+            assert page.locator('a[href^="javascript"]').count() == 0
+            assert "[log in again](javascript:alert(1))" in page.inner_text("body")
+        finally:
+            browser.close()
 
 
 def test_every_page_renders_in_chromium(served, artifacts):

@@ -324,3 +324,33 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
     pinned = SimpleNamespace(live=False, end=datetime(2026, 11, 2, 11, 0, tzinfo=timezone.utc))
     assert default_week(now, pinned) == "2026-W45"  # a shared link to a past hour opens its week
     assert default_week(now, SimpleNamespace(live=True, end=now)) == "2026-W47"
+
+
+def test_unlike_coverage_withholds_week_over_week_changes():
+    """Issue 17 fault 2: a week with ~25 h of data against a full one states its coverage and no WoW."""
+    from datetime import datetime, timezone
+
+    from app.review.model import Coverage, Figure, comparable
+    from app.review.sections import coverage_blocks
+
+    t0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
+    full = Coverage(168, 168.0, t0, t0, False)
+    short = Coverage(25, 168.0, t0, t0, False)
+    assert comparable(full, Coverage(160, 168.0, t0, t0, False))  # within 10 %
+    assert not comparable(short, full) and not comparable(Coverage(168, 30.0, t0, t0, True), full)
+    assert short.partial and not full.partial and short.share == pytest.approx(25 / 168)
+    f = Figure(0.05, 0.6, comparable(short, full))
+    assert f.wow is None and f.delta is None  # no "CPST -91.9 % WoW"
+    assert Figure(0.05, 0.6).wow == pytest.approx(0.05 / 0.6 - 1)
+
+    class R:  # the review fields coverage_blocks reads
+        class week:
+            label = "2026-W48"
+
+        class previous:
+            label = "2026-W47"
+        coverage, coverage_last = short, full
+    texts = [b.text for b in coverage_blocks(R)]
+    assert "data in 25 of 168 hours (14.9 %, partial)" in texts[0]
+    assert "data in 168 of 168 hours (100.0 %, complete)" in texts[0]
+    assert texts[1].startswith("Week-over-week changes are withheld (the two weeks have data for different lengths")

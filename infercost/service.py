@@ -36,14 +36,18 @@ def sync_fleet(store, fleet_file: Path, echo=print) -> bool:
     Raises click-friendly ValueError (from the fleet model) when the file is invalid.
     """
     from schema import fleet
+    from schema.budgets import parse_budgets, sync_budgets
 
     if not Path(fleet_file).is_file():
         echo(f"warning: no fleet file at {fleet_file}: replicas are priced at the default GPU price "
              f"(copy fleet.example.yaml to fleet.yaml and edit it)")
         return False
     config = fleet.load_fleet(Path(fleet_file))
+    budgets = parse_budgets(config.budgets)
     fleet.sync_fleet(store, config)
-    echo(f"fleet: {len(config.replicas)} replica(s), {len(config.gpu_types)} GPU type(s) from {fleet_file}")
+    sync_budgets(store, budgets)
+    echo(f"fleet: {len(config.replicas)} replica(s), {len(config.gpu_types)} GPU type(s)"
+         + (f", {len(budgets)} budget(s)" if budgets else "") + f" from {fleet_file}")
     return True
 
 

@@ -52,7 +52,7 @@ def test_replica_degradation_names_the_slow_replica(store):
 
     snapshot = evaluate(store, T0)
     assert set(snapshot) == {"replica_degradation", "retry_amplification", "queue_growth", "saturation",
-                             "slo_burn_rate", "ingestion_health"}
+                             "slo_burn_rate", "ingestion_health", "budget_burn", "spend_anomaly"}
     assert {s.key: s.level for s in snapshot["replica_degradation"]}["r2"] is Level.FIRE
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from app.review import levers as lv
 from app.review.drivers import Factor, decompose, segment_factors
 from app.review.levers import num
-from app.review.model import (Contributor, Coverage, DayPoint, Figure, Headline, Incident, Mover, SegmentRow,
+from app.review.model import (BudgetRow, Contributor, Coverage, DayPoint, Figure, Headline, Incident, Mover, SegmentRow,
                               TaskRow, WasteRow, WeeklyReview, comparable)
 from app.review.weeks import IsoWeek, parse_week
 from schema.queries import cost, review
@@ -306,7 +306,34 @@ def build_review(store, week: IsoWeek | str, *, now: datetime | None = None, mov
     review_.daily_last = _daily(store, prev)
     review_.levers = _levers(store, summaries, week)
     review_.notes = _notes(store, week, headline, review_.waste)
+    review_.budgets = _budgets(store, week)
     return review_
+
+
+def _budgets(store, week: IsoWeek) -> list[BudgetRow]:
+    """Each budget against the week, from the cost job's daily allocated spend per tenant / task type."""
+    from schema.queries import budgets as bq
+
+    listed = bq.budgets(store)
+    if listed.empty:
+        return []
+    out = []
+    for scope, by in (("tenant", "tenant"), ("task_type", "task_type")):
+        wanted = listed[listed["scope"] == scope]
+        if wanted.empty:
+            continue
+        daily = cost.cpst_trend(store, week.start, week.end, DAY_SECONDS, by=by)
+        for r in wanted.to_dict("records"):
+            days = daily[daily["grp"] == r["name"]]["allocated_usd"].astype(float) if len(daily) else []
+            usd = float(r["usd"])
+            if r["period"] == "day":
+                spent = float(max(days, default=0.0)) if len(days) else 0.0
+                over = int(sum(1 for d in days if d > usd))
+            else:
+                spent = float(sum(days)) if len(days) else 0.0
+                over = int(spent > usd)
+            out.append(BudgetRow(scope, str(r["name"]), str(r["period"]), usd, spent, over))
+    return out
 
 
 def _levers(store, summaries: _Summaries, week: IsoWeek):

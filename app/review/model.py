@@ -208,6 +208,20 @@ class Lever:
 
 
 @dataclass(frozen=True)
+class BudgetRow:
+    """A budget (fleet.yaml) against the week: ``spent_usd`` is the week's allocated spend of the scope
+    (week budgets) or its most expensive day (day budgets); ``periods_over`` counts days (or the week)
+    over budget."""
+
+    scope: str  # tenant | task_type
+    name: str
+    period: str  # day | week
+    budget_usd: float
+    spent_usd: float
+    periods_over: int
+
+
+@dataclass(frozen=True)
 class DayPoint:
     """A day of the week: spend and CPST (for the trend chart)."""
 
@@ -228,6 +242,7 @@ class WeeklyReview:
     empty: bool = False  # no spend and no tasks this week: the report says so and stops
     coverage: Coverage | None = None
     coverage_last: Coverage | None = None
+    budgets: list[BudgetRow] = field(default_factory=list)
     segments: dict[str, list[SegmentRow]] = field(default_factory=dict)
     movers: list[Mover] = field(default_factory=list)
     waste: list[WasteRow] = field(default_factory=list)

@@ -247,6 +247,26 @@ def waste_section(r: WeeklyReview) -> Section:
     return s
 
 
+def budgets_section(r: WeeklyReview) -> Section | None:
+    """Budgets (fleet.yaml) against the week: None when no budget is configured."""
+    if not r.budgets:
+        return None
+    s = Section("budgets", "Budgets")
+    s.blocks.append(Para("Spend allocated to each scope's calls (idle GPU time belongs to no tenant or task type); "
+                         "day budgets show the week's most expensive day.", "muted"))
+    rows = tuple((("Tenant" if b.scope == "tenant" else "Task type") + f" {b.name}", f"{fmt.usd(b.budget_usd)} / {b.period}",
+                  fmt.usd(b.spent_usd), fmt.pct(b.spent_usd / b.budget_usd if b.budget_usd else None),
+                  (f"{b.periods_over} day(s) over" if b.period == "day" else ("over" if b.periods_over else "within")))
+                 for b in r.budgets)
+    s.blocks.append(Table(("Budget", "Limit", "Spent (week, or worst day)", "Of the limit", "Verdict"), rows,
+                          numeric=(False, True, True, True, False)))
+    over = [b for b in r.budgets if b.periods_over]
+    if over:
+        s.blocks.append(Para("Over budget: " + ", ".join(f"{b.scope.replace('_', ' ')} {b.name}" for b in over) + ".",
+                             "warn"))
+    return s
+
+
 def incidents_section(r: WeeklyReview) -> Section:
     s = Section("incidents", "Incidents")
     if r.incidents is None:
@@ -322,6 +342,9 @@ def build_sections(r: WeeklyReview) -> list[Section]:
     else:
         out = [headline_section(r), changes_section(r), waste_section(r), incidents_section(r),
                tasks_section(r), levers_section(r)]
+        budgets = budgets_section(r)
+        if budgets is not None:
+            out.insert(3, budgets)
     notes = notes_section(r)
     if notes is not None:
         out.append(notes)

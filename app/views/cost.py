@@ -86,6 +86,33 @@ if ratio:
     st.info(f"A successful task costs **{ratio:.1f}x** a request: retries, failed tasks, multi-call workflows and "
             "idle GPUs are what the naive per-request figure hides.", icon=":material/lightbulb:")
 
+def budgets_panel() -> None:
+    """Budgets (fleet.yaml) at the end of the range: spend so far in each budget's day / week, the linear
+    forecast to the period's end, and the budget alerts' verdict (``schema.queries.budgets``)."""
+    status = ui.query("schema.queries.budgets:budget_status", f.end)
+    if not len(status):
+        st.caption("No budgets configured (fleet.yaml `budgets:` per tenant / task type).")
+        return
+    st.subheader(f"Budgets · periods containing {ui.local_time(f.end, '%Y-%m-%d %H:%M')}")
+    table = status.assign(
+        verdict=["over budget" if u >= 1 else "on course to overspend" if b >= 1 else "within"
+                 for u, b in zip(status["used_ratio"], status["burn_ratio"])])
+    for r in table[table["verdict"] != "within"].to_dict("records"):
+        st.warning(f"{fmt.md_escape(r['scope'].replace('_', ' '))} **{fmt.md_escape(r['name'])}**: {r['verdict']} "
+                   f"({fmt.usd(r['spent_usd'])} spent of {fmt.usd(r['budget_usd'])} per {r['period']}, "
+                   f"forecast {fmt.usd(r['projected_usd'])}).", icon=":material/savings:")
+    ui.table(table[["scope", "name", "period", "budget_usd", "spent_usd", "used_ratio", "projected_usd",
+                    "burn_ratio", "verdict"]], key="cost_budgets", filename="budgets.csv", column_config={
+        "budget_usd": st.column_config.NumberColumn("budget (USD)", format="$%.2f"),
+        "spent_usd": st.column_config.NumberColumn("spent so far (USD)", format="$%.2f"),
+        "used_ratio": st.column_config.ProgressColumn("used", min_value=0.0, max_value=1.0, format="percent"),
+        "projected_usd": st.column_config.NumberColumn("forecast at period end (USD)", format="$%.2f"),
+        "burn_ratio": st.column_config.NumberColumn("forecast / budget", format="%.2fx")})
+    st.caption("Spend = cost allocated to the scope's calls (idle GPU time belongs to no tenant or task type). "
+               "The budget_burn alert fires on the same forecast; spend_anomaly compares each tenant's last hour "
+               "with the same hour a week before (Alerts page).")
+
+
 def details() -> None:
     """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
     st.subheader("Where the money went")
@@ -128,6 +155,8 @@ def details() -> None:
             f"tenant or model: this view carries a share of it in proportion to its allocated cost "
             f"({fmt.usd(summary.get('idle_usd'))}). Fleet-wide, unfiltered: idle "
             f"{fmt.usd((fleet or {}).get('idle_usd'))} of {fmt.usd((fleet or {}).get('spend_usd'))} spend.")
+
+    budgets_panel()
 
     st.subheader("By task type, tenant and model")
     tabs = st.tabs(["Task type", "Tenant", "Model"])

@@ -42,6 +42,32 @@ def time_x(df: pd.DataFrame, x: str, title: str = "time") -> alt.X:
 
 
 LEGEND = alt.Legend(orient="bottom", labelLimit=0, columns=4)  # below the plot: long replica ids never clip
+LEGEND_QUANT = alt.Legend(orient="bottom", direction="horizontal", gradientLength=160)
+
+
+def bucket_text(bucket_s: int) -> str:
+    """'30 s', '5 min', '2 h', '1 d' for a bucket length in seconds."""
+    if bucket_s % 86400 == 0:
+        return f"{bucket_s // 86400} d"
+    if bucket_s % 3600 == 0:
+        return f"{bucket_s // 3600} h"
+    if bucket_s % 60 == 0:
+        return f"{bucket_s // 60} min"
+    return f"{bucket_s} s"
+
+
+def with_annotations(chart: alt.Chart, annotations: pd.DataFrame | None) -> alt.Chart:
+    """``chart`` with alert annotations layered on: a shaded band from firing to resolution and a red
+    rule at the firing time, labelled with the rule (like Grafana's annotations). ``annotations``:
+    columns start, end (viewer-zone naive times), label."""
+    if annotations is None or not len(annotations):
+        return chart
+    band = alt.Chart(annotations).mark_rect(opacity=0.12, color="#d62728").encode(
+        x="start:T", x2="end:T", tooltip=[alt.Tooltip("label:N", title="alert"),
+                                          alt.Tooltip("start:T", title="fired", format="%Y-%m-%d %H:%M"),
+                                          alt.Tooltip("end:T", title="until", format="%Y-%m-%d %H:%M")])
+    rule = alt.Chart(annotations).mark_rule(color="#d62728", strokeDash=[4, 2]).encode(x="start:T")
+    return alt.layer(band, rule, chart)
 
 
 def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height: int = 220,

@@ -193,6 +193,16 @@ def sidebar(option_values=None) -> Filters:
     return filters
 
 
+def zoom_to(start: datetime, end: datetime) -> None:
+    """Switch the view to the custom range [start, end) (UTC): rewrite the URL, re-initialise the sidebar
+    from it, rerun. Used by charts' time selections (zoom)."""
+    params = {k: st.query_params.get(k) for k in st.query_params.keys() if k not in ("range", "start", "end")}
+    params.update({"range": CUSTOM, "start": iso(_floor_s(start)), "end": iso(_floor_s(end))})
+    st.query_params.from_dict(params)
+    st.session_state.pop("_filters_init", None)
+    st.rerun()
+
+
 def current() -> Filters:
     """The filters the router computed for this run (pages call this)."""
     filters = st.session_state.get("_filters")

@@ -68,6 +68,13 @@ def viewer_tz():
         return timezone.utc
 
 
+def range_label(view) -> str:
+    """'last 7 days', or 'custom range' for a view's filters."""
+    from app.filters import PRESETS
+
+    return PRESETS[view.preset][0].lower() if view.preset in PRESETS else "custom range"
+
+
 def tz_label() -> str:
     tz = viewer_tz()
     return getattr(tz, "key", None) or "UTC"
@@ -86,6 +93,14 @@ def to_viewer(df: pd.DataFrame, columns, naive: bool = False) -> pd.DataFrame:
         s = s.dt.tz_convert(tz)
         df[col] = s.dt.tz_localize(None) if naive else s
     return df
+
+
+def from_viewer(value) -> datetime:
+    """A chart time (epoch milliseconds or ISO text, naive in the viewer's zone) as an aware UTC datetime."""
+    ts = pd.to_datetime(value, unit="ms") if isinstance(value, (int, float)) else pd.to_datetime(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize(viewer_tz())
+    return ts.tz_convert("UTC").to_pydatetime()
 
 
 def local_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:

@@ -32,16 +32,17 @@ def budget_signals(store, now: datetime, config: AlertConfig) -> list[Signal]:
         projected = float(r["projected_usd"])
         burning = elapsed_ratio >= cfg.min_elapsed_ratio and projected >= cfg.burn_ratio * budget
         scope = "tenant" if r["scope"] == "tenant" else "task type"
+        per = {"day": "daily", "week": "weekly"}.get(r["period"], r["period"])
         key = f"{r['scope']}:{r['name']}:{r['period']}"
         figures = {"scope": r["scope"], "name": r["name"], "period": r["period"], "budget_usd": round(budget, 4),
                    "spent_usd": round(spent, 4), "projected_usd": round(projected, 4),
                    "burn_ratio": round(float(r["burn_ratio"]), 3), "elapsed_ratio": round(elapsed_ratio, 3)}
         if exceeded:
-            summary = (f"{scope} {r['name']}: spent ${spent:,.2f} of its ${budget:,.2f} {r['period']}ly budget "
+            summary = (f"{scope} {r['name']}: spent ${spent:,.2f} of its ${budget:,.2f} {per} budget "
                        f"({spent / budget:.0%})")
         else:
             summary = (f"{scope} {r['name']}: on course for ${projected:,.2f} against its ${budget:,.2f} "
-                       f"{r['period']}ly budget ({projected / budget:.0%}; ${spent:,.2f} spent so far)")
+                       f"{per} budget ({projected / budget:.0%}; ${spent:,.2f} spent so far)")
         out.append(Signal(RULE_BUDGET, key, Level.FIRE if (exceeded or burning) else Level.CLEAR,
                           "critical" if exceeded else "warning", summary, figures,
                           description="Spend allocated to this scope's calls, projected linearly to the end of "

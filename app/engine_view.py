@@ -103,26 +103,23 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
         st.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
 
     st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
+    hist = ui.query("schema.queries.ops_engine:latency_histograms", view.start, view.end, bucket_s, replica, filters,
+                    live=True)
     cols = st.columns(len(HEATMAPS))
     for col, (metric, label) in zip(cols, HEATMAPS.items()):
         with col:
-            df = ui.query("schema.queries.ops_engine:latency_histogram", metric, view.start, view.end, bucket_s,
-                          replica, filters, live=True)
-            if not len(df) or not df["requests"].sum():
+            df = hist[hist["metric"] == metric]
+            if not len(df):
                 st.caption(f"{label}: no histogram samples in this range.")
                 continue
             st.caption(label)
             st.altair_chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
 
-    parts = []
-    for metric, phase in PHASES.items():
-        df = ui.query("schema.queries.ops_engine:latency_histogram", metric, view.start, view.end, 0, replica, filters,
-                      live=True)
-        if len(df):
-            parts.append(df.assign(phase=phase))
     st.markdown("**Queue, prefill and decode time** (distribution over the range)")
-    if parts and sum(p["requests"].sum() for p in parts):
-        st.altair_chart(distribution(pd.concat(parts)), width="stretch")
+    phases = hist[hist["metric"].isin(list(PHASES))]
+    if len(phases):
+        dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
+        st.altair_chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
     else:
         st.caption("No queue / prefill / decode histograms in this range.")
 

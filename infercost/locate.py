@@ -116,8 +116,10 @@ def open_for_reading(settings: Settings, echo, *, migrate_store: bool = True):
     try:
         store = connect(settings.store_url, settings.database)
     except StoreUnavailable as exc:
-        if path is not None and "lock" in str(exc).lower():
-            raise NoStoreHere(f"the store at {path} is locked by another process that announced no query API "
+        # chDB refuses a directory another process holds ("Cannot lock file", or "Error initializing
+        # EmbeddedServer" in chdb 4.x): an existing embedded store that will not open is held elsewhere.
+        if path is not None:
+            raise NoStoreHere(f"the store at {path} is held by another process that announced no query API "
                               f"({settings.service_file} missing): stop it, or run `infercost up` / `demo` "
                               "there (they serve /api/v1 for the CLI)") from exc
         raise

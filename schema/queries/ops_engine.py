@@ -38,17 +38,16 @@ def engine_counters(store, start: datetime, end: datetime, bucket_s: int, filter
     return df
 
 
-def latency_histogram(store, metric: str, start: datetime, end: datetime, bucket_s: int = 0,
-                      replica: str = "", filters: dict | None = None) -> pd.DataFrame:
-    """Requests per histogram bucket of vLLM's ``metric`` over time: columns ``bucket`` (UTC; ``start``
-    when ``bucket_s`` = 0, one bucket for the whole range), ``le`` (upper bound, seconds, inf last),
-    ``requests``. Raises ValueError for a metric outside :data:`HEATMAPS` / :data:`PHASES`."""
-    if metric not in HEATMAPS and metric not in PHASES:
-        raise ValueError(f"unknown histogram {metric!r}; accepted: {sorted(HEATMAPS) + sorted(PHASES)}")
+def latency_histograms(store, start: datetime, end: datetime, bucket_s: int, replica: str = "",
+                       filters: dict | None = None) -> pd.DataFrame:
+    """Requests per histogram bucket of every family in :data:`HEATMAPS` and :data:`PHASES`, over time, in
+    one query: columns ``metric``, ``bucket`` (UTC), ``le`` (upper bound, seconds, inf last), ``requests``
+    (rows with requests only). A distribution over the whole range is the sum over ``bucket``."""
     start, end = _range(start, end)
-    return _frame(run(store, "ops_latency_histogram", metric=metric, start=_naive_utc(start), end=_naive_utc(end),
-                      bucket_s=int(bucket_s), replica=replica or "", model=_filters(filters)["model"]),
-                  ["bucket", "le", "requests"])
+    return _frame(run(store, "ops_latency_histogram", metrics=list(HEATMAPS) + list(PHASES),
+                      start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), replica=replica or "",
+                      model=_filters(filters)["model"]),
+                  ["metric", "bucket", "le", "requests"])
 
 
 def gauge_replica_series(store, start: datetime, end: datetime, bucket_s: int,

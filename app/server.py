@@ -105,7 +105,15 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
     auth_gate.configure(auth)
     store_provider.set_store(store, otlp_endpoint=otlp_endpoint)
     flags = _flag_options(host, port)
-    bootstrap.load_config_options(flag_options=flags)
+    # Streamlit warns "an update to the [server] config option section was detected, restart" when its
+    # config was read before (any st.* import does): not so here, the server has not started yet.
+    config_log = logging.getLogger("streamlit.config")
+    level = config_log.level
+    config_log.setLevel(logging.ERROR)
+    try:
+        bootstrap.load_config_options(flag_options=flags)
+    finally:
+        config_log.setLevel(level)
     if block and threading.current_thread() is threading.main_thread():
         bootstrap.run(MAIN_SCRIPT, False, [], flags)
         return None

@@ -100,6 +100,9 @@ class Service:
         from infercost.costmetrics import CostCollector, exposition
 
         check_exposure(self.settings.api_host, self.settings, "query API", token_only=True)
+        from schema.redact import register_secret
+
+        register_secret(self.settings.auth_token)
         collector = CostCollector(self.store)
         api = QueryAPI(self.store, token=self.settings.auth_token, metrics=lambda: exposition(collector))
         self.api = APIServer(api, self.settings.api_host, self.settings.api_port).start()

@@ -42,10 +42,22 @@ if summary is None or not (summary.get("spend_usd") or 0):
     st.stop()
 
 
+def _comparable_coverage() -> bool:
+    """Deltas only between periods with data for about the same time (hours in which a replica was up,
+    within 10 %): a period with 2 hours of data against a full one compares nothing (issue 17 fault 2)."""
+    now = ui.query("schema.queries.review:coverage", f.start, f.end)["hours_with_data"]
+    before = ui.query("schema.queries.review:coverage", prev_start, f.start)["hours_with_data"]
+    return max(now, before) > 0 and abs(now - before) <= 0.1 * max(now, before)
+
+
+COMPARABLE = _comparable_coverage()
+
+
 def _delta(key: str, render, lower_better: bool = True):
     a = summary.get(key)
-    # No spend before this period means no data there (not a baseline of zero): no delta.
-    if not previous or not (previous.get("spend_usd") or 0):
+    # No spend before this period means no data there (not a baseline of zero): no delta; nor when the
+    # two periods have data for different lengths of time.
+    if not previous or not (previous.get("spend_usd") or 0) or not COMPARABLE:
         return {}
     b = previous.get(key)
     if a is None or b is None or pd.isna(a) or pd.isna(b):
@@ -55,7 +67,9 @@ def _delta(key: str, render, lower_better: bool = True):
 
 
 st.caption(f"{ui.local_time(f.start, '%Y-%m-%d %H:%M')} – {ui.local_time(f.end, '%Y-%m-%d %H:%M')} "
-           f"({ui.tz_label()}); tasks count in the period in which they ended. Deltas vs the period before.")
+           f"({ui.tz_label()}); tasks count in the period in which they ended. "
+           + ("Deltas vs the period before." if COMPARABLE else
+              "No deltas: the period before has data for a different length of time."))
 cols = st.columns(4)
 cols[0].metric("Cost per successful task", fmt.usd(summary.get("cpst_usd")), border=True,
                help="All spend in the period (busy and idle GPUs) / tasks that succeeded in the period.",

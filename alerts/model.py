@@ -59,6 +59,12 @@ class Signal:
     labels: dict[str, str] = field(default_factory=dict)
 
 
+def replica_label(replica: str) -> str:
+    """How alert text names a replica: ``replica r2``, but ``replica-2`` alone (not "replica replica-2")
+    when the id already says it is one."""
+    return replica if str(replica).lower().startswith("replica") else f"replica {replica}"
+
+
 def alert_id(rule: str, key: str) -> str:
     """Stable id of the alert of ``rule`` for ``key`` (dedup/grouping key): 16 hex chars of sha256."""
     return hashlib.sha256(f"{rule}\x1f{key}".encode()).hexdigest()[:16]

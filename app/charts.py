@@ -62,7 +62,7 @@ def with_annotations(chart: alt.Chart, annotations: pd.DataFrame | None) -> alt.
     columns start, end (viewer-zone naive times), label."""
     if annotations is None or not len(annotations):
         return chart
-    band = alt.Chart(annotations).mark_rect(opacity=0.12, color="#d62728").encode(
+    band = alt.Chart(annotations).mark_rect(opacity=0.06, color="#d62728").encode(
         x="start:T", x2="end:T", tooltip=[alt.Tooltip("label:N", title="alert"),
                                           alt.Tooltip("start:T", title="fired", format="%Y-%m-%d %H:%M"),
                                           alt.Tooltip("end:T", title="until", format="%Y-%m-%d %H:%M")])
@@ -78,7 +78,7 @@ def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height
     long["series"] = long["series"].map(series)
     return (alt.Chart(long).mark_line(point=alt.OverlayMarkDef(size=12))
             .encode(x=time_x(df, x, x_title),
-                    y=alt.Y("value:Q", title=y_title),
+                    y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=",.3~r")),
                     color=alt.Color("series:N", title=None, sort=list(series.values()), legend=LEGEND),
                     tooltip=[alt.Tooltip(f"{x}:T", title=x_title, format="%Y-%m-%d %H:%M:%S"),
                              "series:N", alt.Tooltip("value:Q", format=",.3f")])
@@ -88,7 +88,7 @@ def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height
 def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height: int = 220) -> alt.Chart:
     """One line per value of ``group``."""
     return (alt.Chart(df.dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
-            .encode(x=time_x(df, x), y=alt.Y(f"{y}:Q", title=y_title),
+            .encode(x=time_x(df, x), y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=",.3~r")),
                     color=alt.Color(f"{group}:N", title=group, legend=LEGEND),
                     tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), f"{group}:N",
                              alt.Tooltip(f"{y}:Q", format=",.3f")])

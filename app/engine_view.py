@@ -126,7 +126,7 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
     st.markdown("**Scrape health per target**")
     health = ui.query("schema.queries.ops_engine:scrape_health", view.start, view.end, live=True)
     if not len(health):
-        st.caption("No scrape recorded in this range (history backfilled in virtual time has none).")
+        st.caption("No scrape recorded in this range (the /metrics scraper writes an `up` gauge per scrape).")
     else:
         shown = ui.to_viewer(health, ["last_scrape", "last_ok"])
         ui.table(shown[["replica", "scrapes", "failed", "success_ratio", "last_scrape", "last_ok"]],

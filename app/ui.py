@@ -96,8 +96,12 @@ def to_viewer(df: pd.DataFrame, columns, naive: bool = False) -> pd.DataFrame:
 
 
 def from_viewer(value) -> datetime:
-    """A chart time (epoch milliseconds or ISO text, naive in the viewer's zone) as an aware UTC datetime."""
-    ts = pd.to_datetime(value, unit="ms") if isinstance(value, (int, float)) else pd.to_datetime(value)
+    """A chart selection's time as an aware UTC datetime. Vega-Lite reads the charts' naive times as the
+    browser's local time (the viewer's zone, which is what they are), so a selection's epoch
+    milliseconds are the true instant; ISO text without a zone is taken as the viewer's wall time."""
+    if isinstance(value, (int, float)):
+        return pd.Timestamp(value, unit="ms", tz="UTC").to_pydatetime()
+    ts = pd.to_datetime(value)
     if ts.tzinfo is None:
         ts = ts.tz_localize(viewer_tz())
     return ts.tz_convert("UTC").to_pydatetime()

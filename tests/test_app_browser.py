@@ -177,3 +177,49 @@ def test_every_page_renders_in_chromium(served, artifacts):
             assert page.evaluate("window.__infercost_marker") == 42
         finally:
             browser.close()
+
+
+def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served, artifacts):
+    """Grafana parity (issue 17): dragging across the TTFT chart switches the page to that time range
+    (in UTC in the URL, whatever the viewer's zone); the vLLM engine view draws its panels."""
+    from datetime import datetime, timezone
+    from urllib.parse import parse_qs, urlsplit
+
+    from playwright.sync_api import sync_playwright
+
+    url, _ = served
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 2400},
+                                       timezone_id="Europe/Paris").new_page()
+            page.goto(f"{url}/{QUERY}", wait_until="domcontentloaded")
+            _settle(page)
+            chart = page.locator('[data-testid="stVegaLiteChart"]').first
+            chart.scroll_into_view_if_needed()
+            box = chart.bounding_box()
+            y = box["y"] + box["height"] * 0.4
+            page.mouse.move(box["x"] + box["width"] * 0.4, y)
+            page.mouse.down()
+            page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=10)
+            page.mouse.up()
+            deadline = time.monotonic() + 60
+            while "range=custom" not in page.url and time.monotonic() < deadline:
+                page.wait_for_timeout(250)
+            params = parse_qs(urlsplit(page.url).query)
+            assert params["range"] == ["custom"], page.url
+            start, end = (datetime.fromisoformat(params[k][0].replace("Z", "+00:00")) for k in ("start", "end"))
+            lo, hi = datetime(2026, 11, 2, 10, tzinfo=timezone.utc), datetime(2026, 11, 2, 11, tzinfo=timezone.utc)
+            assert lo <= start < end <= hi and (end - start).total_seconds() < 3600, (start, end)
+            _settle(page)
+            assert page.locator('[data-testid="stException"]').count() == 0
+
+            page.goto(f"{url}/{QUERY}&view=engine", wait_until="domcontentloaded")
+            _settle(page)
+            page.screenshot(path=str(artifacts / "dashboard_live_engine.png"), full_page=True)
+            body = page.inner_text("body")
+            assert page.locator('[data-testid="stException"]').count() == 0, body[:2000]
+            assert "vLLM engine" in body and "Running requests by replica" in body
+            assert "Scrape health per target" in body
+        finally:
+            browser.close()

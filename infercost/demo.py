@@ -213,6 +213,15 @@ class LoadThread:
             pass
         except Exception:  # the demo keeps running its other parts
             log.exception("the demo workload stopped with an error")
+        finally:
+            # gather() reports "cancelled" before its children finish cancelling: let every task end (their
+            # roots are exported as interrupted) instead of being destroyed pending at exit.
+            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
 
     def start(self):
         self.thread.start()

@@ -18,6 +18,8 @@ from schema.queries.ops import _filters, _frame, _naive_utc, _range
 # vLLM's histogram families shown by the engine view (name -> label).
 HEATMAPS = {"vllm:time_to_first_token_seconds": "TTFT", "vllm:inter_token_latency_seconds": "ITL",
             "vllm:e2e_request_latency_seconds": "end-to-end latency"}
+ANNOTATED_RULES = ("cascading_degradation", "replica_degradation", "retry_amplification", "queue_growth",
+                   "saturation")
 PHASES = {"vllm:request_queue_time_seconds": "queue", "vllm:request_prefill_time_seconds": "prefill",
           "vllm:request_decode_time_seconds": "decode"}
 
@@ -78,14 +80,19 @@ def replicas(store, start: datetime, end: datetime) -> list[str]:
 
 
 def alert_annotations(store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Alerts that fired in ``[start, end)`` as chart annotations: ``start`` (fired), ``end`` (resolved, or
-    ``end`` while firing), ``label`` (rule, and replica when there is one), ``severity``."""
+    """Operational alerts (:data:`ANNOTATED_RULES`: the cascade and its links) that fired in ``[start, end)``
+    as chart annotations, clipped to the range: ``start`` (fired), ``end`` (resolved, or ``end`` while
+    firing), ``label`` (rule, and replica when there is one), ``severity``. Slow fleet-wide alerts (SLO
+    burn, budgets) would shade whole charts and are left to the Alerts page."""
     from schema.queries.alerts import alerts_in_period
 
+    lo, hi = (pd.Timestamp(t) for t in _range(start, end))
     df = alerts_in_period(store, start, end)
+    if len(df):
+        df = df[df["rule"].isin(ANNOTATED_RULES)]
     if not len(df):
         return pd.DataFrame(columns=["start", "end", "label", "severity"])
-    fired = pd.to_datetime(df["fired_at"].fillna(df["started_at"]), utc=True)
-    resolved = pd.to_datetime(df["resolved_at"], utc=True).fillna(pd.Timestamp(_range(start, end)[1]))
+    fired = pd.to_datetime(df["fired_at"].fillna(df["started_at"]), utc=True).clip(lower=lo)
+    resolved = pd.to_datetime(df["resolved_at"], utc=True).fillna(hi).clip(upper=hi)
     label = [f"{r} {p}".strip() for r, p in zip(df["rule"], df["replica"].fillna(""))]
     return pd.DataFrame({"start": fired, "end": resolved, "label": label, "severity": df["severity"]})

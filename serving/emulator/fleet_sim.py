@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from schema import semconv as sc
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.kvcache import segments_from_hash_ids
@@ -500,8 +501,10 @@ class FleetSimulator(ReplicaEvents):
         gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
                   a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
-                  gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
-                                gw_ttft, gw_error),
+                  {**gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
+                                   gw_ttft, gw_error),
+                   # the real gateway copies the whole baggage (task.step and task.attempt included) onto this span
+                   sc.TASK_STEP: a.step, sc.TASK_ATTEMPT: a.n},
                   STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
         out_tokens = tokens if ok else None
         self.span(self.client_res, task.trace_id, a.client_id, task.root_id, f"chat {plan.model}", SPAN_KIND_CLIENT,

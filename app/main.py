@@ -1,8 +1,9 @@
 """The dashboard's router: page list, global sidebar filters, then the selected page.
 
 Run by Streamlit (``app.server.serve`` or ``streamlit run app/main.py`` after
-``app.store_provider.set_store``). Pages live in ``app/views/`` (not ``pages/``: Streamlit would serve that folder as raw
-pages on a cold server, before this router ever ran: issue 17 fault 4); logic in plain modules.
+``app.store_provider.set_store``). Pages live in ``app/views/`` (not ``pages/``: Streamlit would serve
+that folder as raw pages on a cold server, before this router ever ran: issue 17 fault 4); logic in
+plain modules.
 """
 
 from __future__ import annotations

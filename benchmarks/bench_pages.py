@@ -105,11 +105,14 @@ def main() -> None:
             baseline_url = f"{url}/?range=1h&end=2001-01-01T01:00:00Z"
             load(page, baseline_url)
             results["baseline (no data)"] = [load(page, baseline_url) for _ in range(args.reps)]
+            # Ranges pinned to the minute the run started: a range following the clock refreshes the live
+            # page every 5 s, which would be measured instead of the page (and never settles on a busy machine).
+            end = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime())
             for rng in args.ranges.split(","):
                 for name in args.pages.split(","):
                     path = PAGES[name]
                     sep = "&" if "?" in path else "?"
-                    target = f"{url}/{path}{sep}range={rng}"
+                    target = f"{url}/{path}{sep}range={rng}&end={end}"
                     load(page, target)  # warm-up
                     results[f"{name} {rng}"] = [load(page, target) for _ in range(args.reps)]
                     print(f"  {name} {rng}: {', '.join(f'{v:.2f}' for v in results[f'{name} {rng}'])} s", flush=True)
@@ -118,6 +121,7 @@ def main() -> None:
         if proc is not None:
             proc.terminate()
     base = statistics.median(results["baseline (no data)"])
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"\n{'page':<22}{'p50 s':>8}{'p95 s':>8}{'x baseline':>12}  goal {GOAL_S} s p95")
     for key, values in results.items():
         values = sorted(values)

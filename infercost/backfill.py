@@ -59,7 +59,8 @@ def hourly_plans(plan: BackfillPlan):
         offset = hour * HOUR
         batch = [dataclasses.replace(p, arrival_s=p.arrival_s + offset, task_id=f"{p.task_id}-{hour:04d}")
                  for p in build_plans("azure", plan.data_dir, plan.mix, rate_scale=rate, duration_s=HOUR,
-                                      seed=plan.seed * 100_003 + hour, failure_rates=plan.failure_rates, reask_rates=plan.reask_rates)]
+                                      seed=plan.seed * 100_003 + hour, failure_rates=plan.failure_rates,
+                                      reask_rates=plan.reask_rates)]
         for index, (at_s, until_s, surge_rate) in enumerate(plan.surges):
             lo, hi = max(at_s, offset), min(until_s, offset + HOUR)
             if hi > lo:  # the part of the surge inside this hour

@@ -354,3 +354,20 @@ def test_unlike_coverage_withholds_week_over_week_changes():
     assert "data in 25 of 168 hours (14.9 %, partial)" in texts[0]
     assert "data in 168 of 168 hours (100.0 %, complete)" in texts[0]
     assert texts[1].startswith("Week-over-week changes are withheld (the two weeks have data for different lengths")
+
+
+def test_markdown_review_escapes_what_it_quotes():
+    """Issue 14 item 7: a task id, tenant or alert text quoted by the Markdown review stays text."""
+    from markdown_it import MarkdownIt
+
+    from app.review.render import _md_block
+    from app.review.sections import Para, Table
+
+    evil = "<script>alert(1)</script> [log in again](javascript:alert(1)) ![x](http://198.51.100.1/p.png)"
+    md = _md_block(Table(("Task", "Tenant"), ((evil, "acme|x"),))) + "\n" + _md_block(Para(f"Top task: {evil}; "
+                                                                                       "see `infercost cost --task x`"))
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<a " not in html and "<img" not in html and "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
+    assert "[log in again](javascript:alert(1))" in html and "<code>infercost cost --task x</code>" in html
+    assert "acme|x" in html  # a pipe in a cell stays inside its cell

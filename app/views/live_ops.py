@@ -189,7 +189,7 @@ def time_series(view: filters.Filters, bucket_s: int, notes) -> None:
         st.markdown("**End-to-end latency p95 (s)**")
         st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), notes),
                         width="stretch")
-        st.markdown("**Errors (% of engine requests; client aborts excluded)**")
+        st.markdown("**Errors (% of engine requests: error or abort)**")
         st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), notes),
                         width="stretch")
     if len(gauges):

@@ -1,7 +1,6 @@
 -- Live operations, time series: per bucket of {bucket_s} seconds (by request end) and per replica,
 -- engine requests, output tokens, errors and windowed quantiles (seconds) of TTFT, ITL (per-request
--- mean inter-token latency) and end-to-end latency. Errors exclude client aborts (finish reason
--- abort: the client left, e.g. shut down), which say nothing about the replica. Never lifetime averages: every quantile is over
+-- mean inter-token latency) and end-to-end latency. Never lifetime averages: every quantile is over
 -- the requests of its bucket only. replica = '' rows are the fleet (GROUPING SETS).
 WITH ctx AS (
     SELECT span_id
@@ -16,7 +15,7 @@ SELECT
     replica,
     count() AS requests,
     sum(ifNull(output_tokens, 0)) AS output_tokens_sum,
-    countIf((status = 'error' OR finish_reason = 'error') AND finish_reason != 'abort') AS errors,
+    countIf(status = 'error' OR finish_reason IN ('abort', 'error')) AS errors,
     quantilesIf(0.5, 0.95, 0.99)(ttft_s, ttft_s IS NOT NULL) AS ttft_q,
     quantileIf(0.95)(decode_s / (ifNull(output_tokens, 0) - 1), ifNull(output_tokens, 0) > 1 AND decode_s IS NOT NULL) AS itl_p95_s,
     quantile(0.95)(e2e_s) AS e2e_p95_s

@@ -195,18 +195,23 @@ def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served
                                        timezone_id="Europe/Paris").new_page()
             page.goto(f"{url}/{QUERY}", wait_until="domcontentloaded")
             _settle(page)
-            chart = page.locator('[data-testid="stVegaLiteChart"]').first
-            chart.scroll_into_view_if_needed()
-            box = chart.bounding_box()
-            y = box["y"] + box["height"] * 0.4
-            page.mouse.move(box["x"] + box["width"] * 0.4, y)
-            page.mouse.down()
-            page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=10)
-            page.mouse.up()
-            deadline = time.monotonic() + 120  # the rerun the selection triggers, on a busy CI machine
-            while "range=custom" not in page.url and time.monotonic() < deadline:
-                page.wait_for_timeout(250)
+            for _ in range(3):  # a drag made before Vega attached its listeners (busy machine) is lost: again
+                chart = page.locator('[data-testid="stVegaLiteChart"]').first
+                chart.scroll_into_view_if_needed()
+                page.wait_for_timeout(1500)
+                box = chart.bounding_box()
+                y = box["y"] + box["height"] * 0.4
+                page.mouse.move(box["x"] + box["width"] * 0.4, y)
+                page.mouse.down()
+                page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=10)
+                page.mouse.up()
+                deadline = time.monotonic() + 45  # the rerun the selection triggers
+                while "range=custom" not in page.url and time.monotonic() < deadline:
+                    page.wait_for_timeout(250)
+                if "range=custom" in page.url:
+                    break
             params = parse_qs(urlsplit(page.url).query)
+            page.screenshot(path=str(artifacts / "dashboard_zoom.png"), full_page=True)
             assert params["range"] == ["custom"], page.url
             start, end = (datetime.fromisoformat(params[k][0].replace("Z", "+00:00")) for k in ("start", "end"))
             lo, hi = datetime(2026, 11, 2, 10, tzinfo=timezone.utc), datetime(2026, 11, 2, 11, tzinfo=timezone.utc)

@@ -213,8 +213,10 @@ def zoom_chart(chart, notes) -> None:
     import altair as alt
 
     brush = alt.selection_interval(encodings=["x"], name="zoom")
-    event = st.altair_chart(charts.with_annotations(chart.add_params(brush), notes), width="stretch",
-                            on_select="rerun", selection_mode="zoom", key="live_zoom")
+    layered = charts.with_annotations(chart.add_params(brush), notes)
+    if not isinstance(layered, alt.LayerChart):  # same spec shape with and without annotations
+        layered = alt.layer(layered)
+    event = st.altair_chart(layered, width="stretch", on_select="rerun", selection_mode="zoom", key="live_zoom")
     span = (getattr(event, "selection", None) or {}).get("zoom") or {}
     values = next(iter(span.values()), None) if isinstance(span, dict) else None
     if values and len(values) == 2:

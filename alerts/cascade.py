@@ -17,14 +17,14 @@ from typing import Any
 from alerts.config import AlertConfig
 from alerts.lifecycle import Lifecycle
 from alerts.model import (RULE_CASCADE, RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Alert, Level,
-                          Signal)
+                          Signal, replica_label)
 from schema.queries import alerts as q
 
 
 def actions(replica: str) -> list[str]:
     """The three moves that break a retry-sustained cascade (DESIGN.md: avoid, share, move, delay work)."""
     return [
-        f"Drain replica {replica}: take it out of the gateway's pool (or restart it) until its latency is back "
+        f"Drain {replica_label(replica)}: take it out of the gateway's pool (or restart it) until its latency is back "
         f"in line with the fleet.",
         "Enforce the retry budget: cap client and gateway retries (e.g. retries <= 10% of requests, token "
         "bucket) with full-jitter exponential backoff, so retries stop sustaining the overload.",
@@ -115,7 +115,7 @@ def _summary(replica: str, chain: list[dict[str, Any]], culprit: str) -> str:
     for link in chain:
         t = link["started_at"][11:16]
         parts.append(f"{t} {link['summary']}")
-    return f"Cascading degradation from replica {replica} ({culprit}): " + " -> ".join(parts)
+    return f"Cascading degradation from {replica_label(replica)} ({culprit}): " + " -> ".join(parts)
 
 
 def estimate_cost(store, start: datetime, end: datetime, config: AlertConfig) -> tuple[float | None, str, dict]:

@@ -175,6 +175,25 @@ class IngestionConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """budget_burn (alerts/rules_budget.py): fire when spend projected to the period's end reaches
+    ``burn_ratio`` x the budget, once ``min_elapsed_ratio`` of the period has passed (the budgets
+    themselves are fleet.yaml's ``budgets:``)."""
+
+    burn_ratio: float = 1.0
+    min_elapsed_ratio: float = 0.1
+
+
+@dataclass
+class SpendAnomalyConfig:
+    """spend_anomaly (alerts/rules_budget.py): last hour >= ``ratio`` x the same hour last week and
+    >= ``min_usd_per_hour``."""
+
+    ratio: float = 2.0
+    min_usd_per_hour: float = 1.0
+
+
+@dataclass
 class AlertConfig:
     """All alert settings. ``interval_s``: live evaluation period (15 s, Prometheus'
     ``evaluation_interval`` order). ``resolve_after_s``: hysteresis, a firing alert resolves only after
@@ -196,6 +215,8 @@ class AlertConfig:
     cascade: CascadeConfig = field(default_factory=CascadeConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     ingestion: IngestionConfig = field(default_factory=IngestionConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    spend_anomaly: SpendAnomalyConfig = field(default_factory=SpendAnomalyConfig)
 
     def validate(self) -> "AlertConfig":
         """Check every value; raise ValueError listing all problems at once. Returns self."""
@@ -214,7 +235,9 @@ class AlertConfig:
                             ("queue.bucket_s", q.bucket_s), ("queue.windows", q.windows),
                             ("saturation.window_s", s.window_s), ("saturation.max_running", s.max_running),
                             ("cascade.within_s", self.cascade.within_s), ("slo.period_s", slo.period_s),
-                            ("ingestion.max_lag_s", self.ingestion.max_lag_s)]:
+                            ("ingestion.max_lag_s", self.ingestion.max_lag_s),
+                            ("budget.burn_ratio", self.budget.burn_ratio),
+                            ("spend_anomaly.ratio", self.spend_anomaly.ratio)]:
             positive(path, value)
         if d.clear_ratio > d.ratio:
             problems.append(f"degradation.clear_ratio ({d.clear_ratio}) must be <= degradation.ratio ({d.ratio})")

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from alerts import cascade as cascade_rule
-from alerts import rules, rules_health
+from alerts import rules, rules_budget, rules_health
 from alerts.config import AlertConfig
 from alerts.lifecycle import Lifecycle
-from alerts.model import (RULE_CASCADE, RULE_DEGRADATION, RULE_INGESTION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION,
-                          RULE_SLO, Alert, Level, Signal, State, Transition)
+from alerts.model import (RULE_BUDGET, RULE_CASCADE, RULE_DEGRADATION, RULE_INGESTION, RULE_QUEUE, RULE_RETRY,
+                          RULE_SATURATION, RULE_SLO, RULE_SPEND_ANOMALY, Alert, Level, Signal, State, Transition)
 from alerts.notifiers import Dispatcher, Notification
 from schema.queries import alerts as q
 from schema.store import StoreError, StoreUnavailable
@@ -64,6 +64,8 @@ def evaluate(store, now: datetime, config: AlertConfig | None = None) -> dict[st
         RULE_SATURATION: rules.saturation_signals(store, now, config),
         RULE_SLO: rules_health.slo_signals(store, now, config),
         RULE_INGESTION: rules_health.ingestion_signals(store, now, config, None, None)[0],
+        RULE_BUDGET: rules_budget.budget_signals(store, now, config),
+        RULE_SPEND_ANOMALY: rules_budget.spend_anomaly_signals(store, now, config),
     }
 
 
@@ -174,6 +176,8 @@ class Evaluator:
         run(RULE_QUEUE, lambda: rules.queue_signals(self.store, now, c))
         run(RULE_SATURATION, lambda: rules.saturation_signals(self.store, now, c))
         run(RULE_SLO, lambda: rules_health.slo_signals(self.store, now, c))
+        run(RULE_BUDGET, lambda: rules_budget.budget_signals(self.store, now, c))
+        run(RULE_SPEND_ANOMALY, lambda: rules_budget.spend_anomaly_signals(self.store, now, c))
 
         def ingestion():
             found, self._rejected_before = rules_health.ingestion_signals(

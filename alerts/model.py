@@ -21,7 +21,10 @@ RULE_SATURATION = "saturation"
 RULE_CASCADE = "cascading_degradation"
 RULE_SLO = "slo_burn_rate"
 RULE_INGESTION = "ingestion_health"
-RULES = (RULE_DEGRADATION, RULE_RETRY, RULE_QUEUE, RULE_SATURATION, RULE_CASCADE, RULE_SLO, RULE_INGESTION)
+RULE_BUDGET = "budget_burn"  # alerts/rules_budget.py
+RULE_SPEND_ANOMALY = "spend_anomaly"  # alerts/rules_budget.py
+RULES = (RULE_DEGRADATION, RULE_RETRY, RULE_QUEUE, RULE_SATURATION, RULE_CASCADE, RULE_SLO, RULE_INGESTION,
+         RULE_BUDGET, RULE_SPEND_ANOMALY)
 
 
 class Level(enum.Enum):
@@ -54,6 +57,12 @@ class Signal:
     replica: str = ""
     description: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+
+
+def replica_label(replica: str) -> str:
+    """How alert text names a replica: ``replica r2``, but ``replica-2`` alone (not "replica replica-2")
+    when the id already says it is one."""
+    return replica if str(replica).lower().startswith("replica") else f"replica {replica}"
 
 
 def alert_id(rule: str, key: str) -> str:

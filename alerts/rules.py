@@ -13,7 +13,7 @@ from statistics import median
 from typing import Any
 
 from alerts.config import AlertConfig, DegradationConfig, QueueConfig, RetryConfig, SaturationConfig
-from alerts.model import (RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal)
+from alerts.model import (RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal, replica_label)
 from schema.queries import alerts as q
 
 
@@ -55,7 +55,7 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
                                    "gpu_type": gpu}
         if replica not in usable or len(others) < (1 if same else cfg.min_other_replicas):
             out.append(Signal(RULE_DEGRADATION, replica, Level.CLEAR, "warning",
-                              f"replica {replica}: too few calls to compare", figures, replica=replica))
+                              f"{replica_label(replica)}: too few calls to compare", figures, replica=replica))
             continue
         ratios = {}
         for metric, samples in (("itl_p50_s", "itl_samples"), ("ttft_p50_s", "ttft_samples")):
@@ -84,14 +84,15 @@ def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) 
             level = Level.HOLD
         worst = max(ratios, key=ratios.get) if ratios else None
         if error_jump and (worst is None or ratios[worst] < cfg.ratio):
-            summary = (f"replica {replica} error rate {error_rate:.1%} vs {others_error:.1%} on the other replicas "
+            summary = (f"{replica_label(replica)} error rate {error_rate:.1%} vs {others_error:.1%} on the other "
+                       "replicas "
                        f"(last {cfg.window_s}s)")
         elif worst:
             label = "inter-token latency" if worst == "itl_p50_s" else "TTFT"
-            summary = (f"replica {replica} {label} p50 {float(s[worst]) * 1000:.0f} ms = {ratios[worst]:.2f}x the "
+            summary = (f"{replica_label(replica)} {label} p50 {float(s[worst]) * 1000:.0f} ms = {ratios[worst]:.2f}x the "
                        f"other replicas' median (last {cfg.window_s}s)")
         else:
-            summary = f"replica {replica}: no latency samples to compare"
+            summary = f"{replica_label(replica)}: no latency samples to compare"
         out.append(Signal(RULE_DEGRADATION, replica, level, "warning", summary, figures, replica=replica,
                           labels={"replica": replica}))
     return out
@@ -253,8 +254,8 @@ def saturation_from_stats(stats: list[dict[str, Any]], cfg: SaturationConfig) ->
             why.append(f"KV cache {kv:.0%} used")
         if at_running:
             why.append(f"{running:.0f} running = max {max_running}")
-        summary = (f"replica {replica} saturated: " + ", ".join(why)) if why else (
-            f"replica {replica}: KV cache {kv:.0%}, {running:.0f}/{max_running} running")
+        summary = (f"{replica_label(replica)} saturated: " + ", ".join(why)) if why else (
+            f"{replica_label(replica)}: KV cache {kv:.0%}, {running:.0f}/{max_running} running")
         out.append(Signal(RULE_SATURATION, replica, level, "warning", summary, figures, replica=replica,
                           labels={"replica": replica}))
     return out

@@ -64,6 +64,43 @@ def waterfall_steps(waste: pd.DataFrame, spend_usd) -> list[dict]:
     return steps
 
 
+SUMMARY_CATEGORIES = [("idle_usd", "idle", "Idle GPUs"), ("unattributed_usd", "unattributed", "Unattributed"),
+                      ("failed_task_waste_usd", "failed_task_waste", "Failed-task waste"),
+                      ("retry_waste_usd", "retry_waste", "Retry waste"), ("pending_usd", "pending", "Outcome pending")]
+
+
+def summary_waterfall(summary: dict, filtered: bool) -> list[dict]:
+    """Waterfall steps from ONE period-summary row, so every step is under the same filter (issue 17
+    fault 1: a filtered page used to subtract the fleet's idle and useful from the filtered spend).
+
+    The row's categories add up to its spend (``spend = useful + retry + failed + pending +
+    unattributed + idle``; with a filter the idle is the view's share of the fleet's idle, in
+    proportion to its allocated cost), so no step can go below zero. ``filtered`` labels the idle
+    step as a share.
+    """
+    spend = float(summary.get("spend_usd") or 0.0)
+    steps = [{"label": "Spend" + (" (this view)" if filtered else ""), "value": spend, "measure": "absolute"}]
+    for col, _key, label in SUMMARY_CATEGORIES:
+        value = float(summary.get(col) or 0.0)
+        if value:
+            if col == "idle_usd" and filtered:
+                label = "Idle share"
+            steps.append({"label": label, "value": -value, "measure": "relative"})
+    steps.append({"label": "Useful work", "value": float(summary.get("useful_usd") or 0.0), "measure": "total"})
+    return steps
+
+
+def summary_waste_table(summary: dict) -> pd.DataFrame:
+    """The waste table of one period-summary row: category, USD, share of the row's spend."""
+    spend = float(summary.get("spend_usd") or 0.0)
+    rows = [("useful", float(summary.get("useful_usd") or 0.0))]
+    rows += [(key, float(summary.get(col) or 0.0)) for col, key, _ in SUMMARY_CATEGORIES]
+    rows.append(("partial", float(summary.get("partial_usd") or 0.0)))
+    return pd.DataFrame({"category": [r[0] for r in rows], "is_subset": [r[0] == "partial" for r in rows],
+                         "usd": [r[1] for r in rows],
+                         "share_of_spend": [r[1] / spend if spend else None for r in rows]})
+
+
 def category_long(df: pd.DataFrame) -> pd.DataFrame:
     """Grouped period summary -> long rows (grp, category, usd) for a stacked bar."""
     cols = {"useful_usd": "useful", "retry_waste_usd": "retry waste", "failed_task_waste_usd": "failed-task waste",
@@ -129,8 +166,10 @@ def bucket_label(seconds: int) -> str:
 def quality_problems(dq: pd.DataFrame) -> list[str]:
     """Human sentences for the data-quality flags worth a warning (thresholds: 5 % token gap)."""
     out = []
+    from app.fmt import md_escape
+
     for _, r in dq.iterrows():
-        replica = r.get("replica", "?")
+        replica = md_escape(r.get("replica", "?"))
         gap = r.get("token_gap_ratio")
         if gap is not None and not pd.isna(gap) and abs(float(gap)) > 0.05:
             out.append(f"{replica}: the engine counters saw {float(gap):.0%} more tokens than the spans "

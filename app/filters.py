@@ -14,6 +14,8 @@ from datetime import datetime, timedelta, timezone
 
 import streamlit as st
 
+from app.fmt import md_escape
+
 UTC = timezone.utc
 PRESETS: dict[str, tuple[str, int]] = {
     "15m": ("Last 15 minutes", 15 * 60),
@@ -180,7 +182,7 @@ def sidebar(option_values=None) -> Filters:
         values[key] = "" if chosen == ALL else chosen
     sb.caption(f"Times in {getattr(tz, 'key', 'UTC')}; stored in UTC.")
     for problem in state.get("_filters_problems", ()):
-        sb.warning(f"Link parameter ignored: {problem}")
+        sb.warning(f"Link parameter ignored: {md_escape(problem)}")
     filters = Filters(start=start, end=end, preset=preset, live=live, **values)
     now_params = _params_now()
     # Keep the pages' own parameters (e.g. ?task=, ?q=); replace only the filters'.
@@ -189,6 +191,16 @@ def sidebar(option_values=None) -> Filters:
         st.query_params.from_dict(params)
     state["_filters"] = filters
     return filters
+
+
+def zoom_to(start: datetime, end: datetime) -> None:
+    """Switch the view to the custom range [start, end) (UTC): rewrite the URL, re-initialise the sidebar
+    from it, rerun. Used by charts' time selections (zoom)."""
+    params = {k: st.query_params.get(k) for k in st.query_params.keys() if k not in ("range", "start", "end")}
+    params.update({"range": CUSTOM, "start": iso(_floor_s(start)), "end": iso(_floor_s(end))})
+    st.query_params.from_dict(params)
+    st.session_state.pop("_filters_init", None)
+    st.rerun()
 
 
 def current() -> Filters:

@@ -87,3 +87,30 @@ def duration(value) -> str:
     if v < 172800:
         return f"{v / 3600:.1f} h"
     return f"{v / 86400:.1f} d"
+
+
+# The characters that start inline Markdown (emphasis, code, links, images, HTML, entities, tables,
+# strikethrough) plus '$' (LaTeX in Streamlit and GitHub) and '#' (headings). Dots and dashes are
+# left alone: they only matter at the start of a line, and values never start one (newlines are
+# replaced). Streamlit's ':color[...]' needs '[', escaped here.
+_MD_SPECIAL = set("\\`*_[]<>!|~$&#")
+
+
+def md_escape(text) -> str:
+    """``text`` with every Markdown-active character backslash-escaped, so Markdown renders it as the
+    literal text (no links, images, HTML, emphasis, LaTeX or icons). For user-controlled strings
+    (replica ids, task types, URL parameters, alert text) shown in ``st.markdown`` / ``st.warning`` /
+    a Markdown report. Newlines become spaces (a value never starts a new block)."""
+    out = []
+    for ch in str(text).replace("\r", " ").replace("\n", " "):
+        out.append("\\" + ch if ch in _MD_SPECIAL else ch)
+    return "".join(out)
+
+
+def md_code_spans(text: str) -> str:
+    """``text`` where `code spans` are kept as Markdown code and everything else is :func:`md_escape`d:
+    the review's paragraphs use backticks as their only markup."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unbalanced backtick: no code spans at all
+        return md_escape(text)
+    return "".join(f"`{p}`" if i % 2 else md_escape(p) for i, p in enumerate(parts))

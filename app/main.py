@@ -1,25 +1,29 @@
 """The dashboard's router: page list, global sidebar filters, then the selected page.
 
 Run by Streamlit (``app.server.serve`` or ``streamlit run app/main.py`` after
-``app.store_provider.set_store``). Pages live in ``app/pages/``; logic in plain modules.
+``app.store_provider.set_store``). Pages live in ``app/views/`` (not ``pages/``: Streamlit would serve
+that folder as raw pages on a cold server, before this router ever ran: issue 17 fault 4); logic in
+plain modules.
 """
 
 from __future__ import annotations
 
 import streamlit as st
 
-from app import filters, store_provider, ui
+from app import auth, filters, store_provider, ui
 
 st.set_page_config(page_title="infercost", page_icon=":material/paid:", layout="wide")
+auth.gate()
 
 PAGES = [
-    st.Page("pages/live_ops.py", title="Live operations", icon=":material/monitor_heart:", default=True),
-    st.Page("pages/cost.py", title="Cost per successful task", icon=":material/paid:", url_path="cost"),
-    st.Page("pages/triangle.py", title="Latency-cost-throughput", icon=":material/change_history:",
+    st.Page("views/live_ops.py", title="Live operations", icon=":material/monitor_heart:", default=True),
+    st.Page("views/cost.py", title="Cost per successful task", icon=":material/paid:", url_path="cost"),
+    st.Page("views/triangle.py", title="Latency-cost-throughput", icon=":material/change_history:",
             url_path="triangle"),
-    st.Page("pages/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
-    st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
-    st.Page("pages/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
+    st.Page("views/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
+    st.Page("views/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
+    st.Page("views/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
+    # (room for more, e.g. a Planner page: add its st.Page here)
 ]
 
 page = st.navigation(PAGES)
@@ -29,4 +33,5 @@ except store_provider.NoStore as exc:
     st.error(str(exc), icon=":material/error:")
     st.stop()
 filters.sidebar(option_values=lambda start, end: ui.query("schema.queries.ops:filter_values", start, end))
-page.run()
+with ui.guarded("page"):
+    page.run()

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 import pandas as pd
 import streamlit as st
 
+from app.fmt import md_code_spans, md_escape
 from app.review import build_review, render_html, render_markdown
 from app.review.sections import Chart, Kpis, Para, Table, build_sections
 from app.review.weeks import BadWeek, last_complete_week, parse_week, week_of
@@ -39,17 +40,17 @@ def _week_options(now: datetime) -> list[str]:
 def _show_block(block, key: str) -> None:
     if isinstance(block, Para):
         if block.tone == "subhead":
-            st.subheader(block.text)
+            st.subheader(md_escape(block.text))
         elif block.tone == "muted":
-            st.caption(block.text)
+            st.caption(md_code_spans(block.text))
         elif block.tone == "warn":
-            st.warning(block.text)
+            st.warning(md_code_spans(block.text))
         else:
-            st.markdown(block.text)
+            st.markdown(md_code_spans(block.text))
     elif isinstance(block, Kpis):
         for start in range(0, len(block.items), 4):
             for col, k in zip(st.columns(4), block.items[start:start + 4]):
-                col.metric(k.label, k.value, delta=None if k.change == "n/a" else f"{k.change} WoW",
+                col.metric(md_escape(k.label), k.value, delta=None if k.change == "n/a" else f"{k.change} WoW",
                            delta_color="inverse" if k.good_when_down else "normal",
                            help=f"Last week: {k.previous}")
     elif isinstance(block, Table):
@@ -81,7 +82,7 @@ def render(store, filters=None) -> None:
     try:
         requested = parse_week(requested).label
     except BadWeek as exc:
-        st.warning(f"{exc}; showing {default}.")
+        st.warning(f"{md_escape(str(exc))}; showing {default}.")
         requested = default
     if requested not in options:
         options.append(requested)
@@ -91,8 +92,10 @@ def render(store, filters=None) -> None:
     st.query_params["week"] = label
     try:
         review = _review(store, f"{getattr(store, 'database', '')}:{id(store)}", label, now.strftime("%Y%m%d%H"))
-    except Exception as exc:  # the page shows a store failure instead of a stack trace
-        st.error(f"Could not build the review of {label}: {exc}", icon=":material/error:")
+    except Exception as exc:  # the page shows a short error with an id instead of a stack trace
+        from app.ui import error_with_id
+
+        error_with_id(f"Building the review of {label}", exc)
         return
     html, markdown = render_html(review), render_markdown(review)
     c1, c2 = st.columns(2)

@@ -44,7 +44,9 @@ def _flag_options(host: str, port: int) -> dict:
         "browser_gatherUsageStats": False,
         "global_developmentMode": False,
         "client_toolbarMode": "viewer",
-        "client_showErrorDetails": "full",
+        # Viewers never see a traceback: pages show a short error with an id (app.ui.guarded) and the
+        # traceback goes to the log; "none" covers anything that escapes that.
+        "client_showErrorDetails": "none",
         "logger_hideWelcomeMessage": False,
         "theme_base": "light",
     }
@@ -78,7 +80,7 @@ class DashboardHandle:
 
 
 def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, *,
-          otlp_endpoint: str | None = None, ready_timeout: float = 30.0) -> DashboardHandle | None:
+          otlp_endpoint: str | None = None, ready_timeout: float = 30.0, auth=None) -> DashboardHandle | None:
     """Serve the dashboard over ``store`` on ``host:port``.
 
     Args:
@@ -87,6 +89,8 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
         block: run in the calling (main) thread until stopped; else in a background thread.
         otlp_endpoint: the URL shown in empty states ("point vLLM's --otlp-traces-endpoint at ...").
         ready_timeout: seconds to wait for the background server to listen.
+        auth: an :class:`app.auth.AuthConfig` (token / basic gate); None = open (OIDC still applies when
+            Streamlit's ``[auth]`` secrets are configured).
 
     Returns:
         None after a blocking run ends; a :class:`DashboardHandle` for ``block=False``.
@@ -96,9 +100,20 @@ def serve(store, host: str = "127.0.0.1", port: int = 8501, block: bool = True, 
     """
     from streamlit.web import bootstrap
 
+    from app import auth as auth_gate
+
+    auth_gate.configure(auth)
     store_provider.set_store(store, otlp_endpoint=otlp_endpoint)
     flags = _flag_options(host, port)
-    bootstrap.load_config_options(flag_options=flags)
+    # Streamlit warns "an update to the [server] config option section was detected, restart" when its
+    # config was read before (any st.* import does): not so here, the server has not started yet.
+    config_log = logging.getLogger("streamlit.config")
+    level = config_log.level
+    config_log.setLevel(logging.ERROR)
+    try:
+        bootstrap.load_config_options(flag_options=flags)
+    finally:
+        config_log.setLevel(level)
     if block and threading.current_thread() is threading.main_thread():
         bootstrap.run(MAIN_SCRIPT, False, [], flags)
         return None

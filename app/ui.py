@@ -7,7 +7,10 @@ Every figure on a page comes from a function of ``schema.queries.*`` called thro
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
+import secrets
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -15,6 +18,8 @@ import pandas as pd
 import streamlit as st
 
 from app import store_provider
+
+log = logging.getLogger("app")
 
 LIVE_TTL_S = 5  # live tiles refresh every 5 s (issue 6), so results older than that are useless
 SLOW_TTL_S = 60  # cost pages: the cost job itself runs about once a minute
@@ -63,6 +68,13 @@ def viewer_tz():
         return timezone.utc
 
 
+def range_label(view) -> str:
+    """'last 7 days', or 'custom range' for a view's filters."""
+    from app.filters import PRESETS
+
+    return PRESETS[view.preset][0].lower() if view.preset in PRESETS else "custom range"
+
+
 def tz_label() -> str:
     tz = viewer_tz()
     return getattr(tz, "key", None) or "UTC"
@@ -81,6 +93,18 @@ def to_viewer(df: pd.DataFrame, columns, naive: bool = False) -> pd.DataFrame:
         s = s.dt.tz_convert(tz)
         df[col] = s.dt.tz_localize(None) if naive else s
     return df
+
+
+def from_viewer(value) -> datetime:
+    """A chart selection's time as an aware UTC datetime. Vega-Lite reads the charts' naive times as the
+    browser's local time (the viewer's zone, which is what they are), so a selection's epoch
+    milliseconds are the true instant; ISO text without a zone is taken as the viewer's wall time."""
+    if isinstance(value, (int, float)):
+        return pd.Timestamp(value, unit="ms", tz="UTC").to_pydatetime()
+    ts = pd.to_datetime(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize(viewer_tz())
+    return ts.tz_convert("UTC").to_pydatetime()
 
 
 def local_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -114,5 +138,26 @@ def no_spans_hint() -> str:
             "(with `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf`), or run `infercost demo`.")
 
 
+def error_with_id(what: str, exc: BaseException) -> str:
+    """Log ``exc`` with its traceback under a fresh id and show the viewer a short error quoting it.
+    Returns the id. The viewer never sees the traceback or the exception text (it may quote a URL with
+    credentials, or SQL)."""
+    error_id = secrets.token_hex(4)
+    log.error("%s failed (error id %s)", what, error_id, exc_info=exc)
+    st.error(f"{what} failed ({type(exc).__name__}). Error id {error_id}: the details are in the server log.",
+             icon=":material/error:")
+    return error_id
+
+
+@contextlib.contextmanager
+def guarded(what: str):
+    """Run a page body (or panel): any exception becomes :func:`error_with_id`; Streamlit's own control
+    flow (st.stop, reruns: BaseException subclasses) passes through."""
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - the viewer gets an id, the log the traceback
+        error_with_id(f"This {what}", exc)
+
+
 def store_error(exc: Exception) -> None:
-    st.error(f"The store did not answer: {exc}", icon=":material/error:")
+    error_with_id("The store query", exc)

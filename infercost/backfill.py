@@ -41,6 +41,8 @@ class BackfillPlan:
     retry_policy: object | None = None
     metrics_interval_s: float = 60.0  # one scrape a minute: replica up-time is per minute
     surges: list = field(default_factory=list)  # (at_s, until_s, rate_scale): extra load on top, e.g. a peak
+    failure_rates: dict | None = None  # task type -> share failing on their own (build_plans' failure_rates)
+    reask_rates: dict | None = None  # task type -> share of calls re-asked (build_plans' reask_rates)
 
     @property
     def hours(self) -> int:
@@ -57,13 +59,15 @@ def hourly_plans(plan: BackfillPlan):
         offset = hour * HOUR
         batch = [dataclasses.replace(p, arrival_s=p.arrival_s + offset, task_id=f"{p.task_id}-{hour:04d}")
                  for p in build_plans("azure", plan.data_dir, plan.mix, rate_scale=rate, duration_s=HOUR,
-                                      seed=plan.seed * 100_003 + hour)]
+                                      seed=plan.seed * 100_003 + hour, failure_rates=plan.failure_rates,
+                                      reask_rates=plan.reask_rates)]
         for index, (at_s, until_s, surge_rate) in enumerate(plan.surges):
             lo, hi = max(at_s, offset), min(until_s, offset + HOUR)
             if hi > lo:  # the part of the surge inside this hour
                 batch += [dataclasses.replace(p, arrival_s=p.arrival_s + lo, task_id=f"{p.task_id}-s{index}-{hour:04d}")
                           for p in build_plans("azure", plan.data_dir, plan.mix, rate_scale=surge_rate,
-                                               duration_s=hi - lo, seed=plan.seed * 7919 + hour + 1)]
+                                               duration_s=hi - lo, seed=plan.seed * 7919 + hour + 1,
+                                               failure_rates=plan.failure_rates, reask_rates=plan.reask_rates)]
         yield from sorted(batch, key=lambda p: p.arrival_s)
 
 

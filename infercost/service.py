@@ -36,14 +36,18 @@ def sync_fleet(store, fleet_file: Path, echo=print) -> bool:
     Raises click-friendly ValueError (from the fleet model) when the file is invalid.
     """
     from schema import fleet
+    from schema.budgets import parse_budgets, sync_budgets
 
     if not Path(fleet_file).is_file():
         echo(f"warning: no fleet file at {fleet_file}: replicas are priced at the default GPU price "
              f"(copy fleet.example.yaml to fleet.yaml and edit it)")
         return False
     config = fleet.load_fleet(Path(fleet_file))
+    budgets = parse_budgets(config.budgets)
     fleet.sync_fleet(store, config)
-    echo(f"fleet: {len(config.replicas)} replica(s), {len(config.gpu_types)} GPU type(s) from {fleet_file}")
+    sync_budgets(store, budgets)
+    echo(f"fleet: {len(config.replicas)} replica(s), {len(config.gpu_types)} GPU type(s)"
+         + (f", {len(budgets)} budget(s)" if budgets else "") + f" from {fleet_file}")
     return True
 
 
@@ -56,6 +60,7 @@ class Service:
     receiver: object | None = None
     scraper: object | None = None
     alerts: object | None = None
+    api: object | None = None
     extra: list = field(default_factory=list)  # objects with .stop(), stopped first (demo: load, replicas)
     _stopped: bool = False
 
@@ -88,22 +93,102 @@ class Service:
         self.alerts = AlertService(self.store, config, receiver_stats=stats, notifiers=notifiers).start()
         return self.alerts
 
+    def start_api(self):
+        """Serve the read-only query API and the cost /metrics (``infercost.api``) and announce it in
+        ``<data dir>/service.json`` so CLI commands read through it while this process owns the store."""
+        from infercost.api import APIServer, QueryAPI
+        from infercost.costmetrics import CostCollector, exposition
+
+        check_exposure(self.settings.api_host, self.settings, "query API", token_only=True)
+        from schema.redact import register_secret
+
+        register_secret(self.settings.auth_token)
+        collector = CostCollector(self.store)
+        api = QueryAPI(self.store, token=self.settings.auth_token, metrics=lambda: exposition(collector))
+        self.api = APIServer(api, self.settings.api_host, self.settings.api_port).start()
+        write_service_file(self.settings, self.api.url)
+        return self.api
+
     def serve_dashboard(self, block: bool = True):
         from app.server import serve
 
         otlp = f"http://{self.settings.receiver_host}:{self.settings.receiver_port}/v1/traces"
+        check_exposure(self.settings.dashboard_host, self.settings, "dashboard")
         return serve(self.store, self.settings.dashboard_host, self.settings.dashboard_port, block=block,
-                     otlp_endpoint=otlp)
+                     otlp_endpoint=otlp, auth=dashboard_auth(self.settings))
 
     def stop(self) -> None:
         if self._stopped:
             return
         self._stopped = True
         # The scraper first (it polls the replicas in extra), the receiver last (it drains what came in).
-        for part in [self.scraper, *reversed(self.extra), self.alerts, self.receiver]:
+        remove_service_file(self.settings)
+        for part in [self.scraper, *reversed(self.extra), self.alerts, self.api, self.receiver]:
             if part is None:
                 continue
             try:
                 part.stop()
             except Exception:  # one part failing to stop must not keep the others running
                 log.exception("stopping %r failed", part)
+
+
+def write_service_file(settings: Settings, api_url: str) -> None:
+    """Announce this process as the store's owner: ``{"pid", "api_url", "store", "started_at"}``."""
+    import json
+    import os
+    from datetime import datetime, timezone
+
+    from schema.redact import redact
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.service_file.write_text(json.dumps({
+        "pid": os.getpid(), "api_url": api_url, "store": redact(settings.store_url),
+        "started_at": datetime.now(timezone.utc).isoformat()}, indent=2))
+
+
+def remove_service_file(settings: Settings) -> None:
+    import json
+    import os
+
+    try:
+        if json.loads(settings.service_file.read_text()).get("pid") == os.getpid():
+            settings.service_file.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, settings: Settings, what: str, token_only: bool = False) -> None:
+    """Refuse to serve ``what`` on a non-loopback ``host`` without authentication (issue 14 item 7),
+    unless ``allow_unauthenticated`` says so. Raises ValueError with what to set."""
+    protected = bool(settings.auth_token) or (not token_only and (bool(settings.auth_basic) or oidc_configured()))
+    if is_loopback(host) or protected or settings.allow_unauthenticated:
+        return
+    raise ValueError(
+        f"refusing to serve the {what} on {host} (not loopback) without authentication: set INFERCOST_AUTH_TOKEN"
+        + ("" if token_only else ", INFERCOST_AUTH_BASIC=user:password or Streamlit's [auth] OIDC settings")
+        + ", or INFERCOST_ALLOW_UNAUTHENTICATED=true if a proxy in front authenticates")
+
+
+def oidc_configured() -> bool:
+    """True when Streamlit's OIDC login is configured (an ``[auth]`` section in ``.streamlit/secrets.toml``)."""
+    from app.auth import oidc_configured as configured
+
+    return configured()
+
+
+def dashboard_auth(settings: Settings):
+    """The dashboard's :class:`app.auth.AuthConfig` from the settings."""
+    from app.auth import AuthConfig
+
+    return AuthConfig(token=settings.auth_token, basic=settings.auth_basic)

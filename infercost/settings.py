@@ -47,6 +47,14 @@ class Settings(BaseSettings):
     fleet_file: Path = Field(Path("fleet.yaml"), description="GPU prices, replica inventory, weights, SLOs.")
     dashboard_host: str = Field("127.0.0.1", description="Dashboard bind address.")
     dashboard_port: int = Field(8501, ge=1, le=65535, description="Dashboard port (Streamlit default).")
+    api_host: str = Field("127.0.0.1", description="Read-only query API (/api/v1) and cost /metrics bind address.")
+    api_port: int = Field(8502, ge=0, le=65535, description="Query API port (0 = any free port; the CLI finds it "
+                                                             "through <data dir>/service.json).")
+    auth_token: str = Field("", description="Require this token for the dashboard (login form, or "
+                                            "'Authorization: Bearer') and the query API. '' = none.")
+    auth_basic: str = Field("", description="Require HTTP basic auth 'user:password' for the dashboard instead.")
+    allow_unauthenticated: bool = Field(False, description="Serve the dashboard / API on a non-loopback address "
+                                                           "without authentication (refused otherwise).")
 
     # Weekly cost review (app.review): `infercost review` and the optional schedule in `infercost up`.
     review_schedule: bool = Field(False, description="Write (and deliver) the weekly review inside `infercost up`.")
@@ -80,6 +88,11 @@ class Settings(BaseSettings):
     @property
     def spool_dir(self) -> Path:
         return self.data_dir / "spool"
+
+    @property
+    def service_file(self) -> Path:
+        """Written by the process that owns the store (``up``, ``demo``): its pid and query API URL."""
+        return self.data_dir / "service.json"
 
 
 def load_settings(**overrides) -> Settings:

@@ -145,6 +145,8 @@ class Fleet(_Strict):
     jobs: Jobs = Field(default_factory=Jobs)
     # The alert rules' settings; validated by alerts.config.AlertConfig.from_dict (alerts/README.md).
     alerts: dict[str, Any] = Field(default_factory=dict)
+    # Spend budgets per tenant / task type; validated by schema.budgets.parse_budgets.
+    budgets: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("replicas")
     @classmethod

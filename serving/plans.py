@@ -25,6 +25,9 @@ class CallPlan:
     output_tokens: int
     prefix_blocks: tuple[int, ...] = ()
     max_tokens: int | None = None
+    # The client rejects the answers of this many first attempts (an invalid tool call, malformed
+    # JSON) and asks again: each rejected attempt is paid for and is retry waste.
+    rejected_attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class TaskPlan:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     slo_ttft_ms: float | None = None
     slo_e2e_ms: float | None = None
+    # The client rejects the result of this step (0-based): a tool error, an invalid plan, a failed
+    # check. The task fails there, after paying for every call up to and including that step.
+    fail_at_step: int | None = None
 
     @property
     def n_calls(self) -> int:

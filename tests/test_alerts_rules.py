@@ -52,7 +52,7 @@ def test_replica_degradation_names_the_slow_replica(store):
 
     snapshot = evaluate(store, T0)
     assert set(snapshot) == {"replica_degradation", "retry_amplification", "queue_growth", "saturation",
-                             "slo_burn_rate", "ingestion_health"}
+                             "slo_burn_rate", "ingestion_health", "budget_burn", "spend_anomaly"}
     assert {s.key: s.level for s in snapshot["replica_degradation"]}["r2"] is Level.FIRE
 
 
@@ -282,3 +282,13 @@ def test_degradation_never_compares_across_gpu_types_when_same_type_peers_are_qu
          row("a2", "A100", 0.011, requests=1)], cfg)}
     assert out["a1"].level is Level.CLEAR and "too few calls" in out["a1"].summary
     assert out["a1"].figures["other_replicas"] == 0
+
+
+def test_alert_text_names_a_replica_once():
+    """Issue 17 fault 10: "replica replica-2" in alert text."""
+    from alerts.cascade import actions
+    from alerts.model import replica_label
+
+    assert replica_label("replica-2") == "replica-2" and replica_label("r2") == "replica r2"
+    assert replica_label("Replica_7") == "Replica_7"
+    assert actions("replica-2")[0].startswith("Drain replica-2:")

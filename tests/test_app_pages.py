@@ -110,8 +110,8 @@ def test_bad_url_parameters_are_reported_not_fatal(tiny_app):
 
 def test_every_page_renders_over_the_generated_store(big):
     at = _app(BIG_RANGE)
-    for page in ("pages/cost.py", "pages/triangle.py", "pages/tasks.py", "pages/alerts.py", "pages/weekly_review.py",
-                 "pages/live_ops.py"):
+    for page in ("views/cost.py", "views/triangle.py", "views/tasks.py", "views/alerts.py", "views/weekly_review.py",
+                 "views/live_ops.py"):
         at.switch_page(page).run()
         assert not at.exception, (page, [e.value for e in at.exception])
         assert at.title, page
@@ -139,7 +139,7 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
 
 def test_alerts_page_lists_active_alerts(big):
     pytest.importorskip("schema.queries.alerts")
-    at = _app(BIG_RANGE, "pages/alerts.py")
+    at = _app(BIG_RANGE, "views/alerts.py")
     assert at.title[0].value == "Alerts"
     frames = [d.value for d in at.dataframe]
     assert any("replica_latency_outlier" in set(f.get("rule", [])) for f in frames)
@@ -151,7 +151,7 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
         pytest.skip("the cost jobs (schema.jobs.run_jobs) are not in this build yet")
     from schema.queries import cost
 
-    at = _app(BIG_RANGE, "pages/cost.py")
+    at = _app(BIG_RANGE, "views/cost.py")
     s = cost.period_summary(store, seeded.start, seeded.end).iloc[0]
     m = _metrics(at)
     assert m["Cost per successful task"][0] == fmt.usd(s["cpst_usd"])
@@ -160,13 +160,13 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
     assert m["Spend"][0] == fmt.usd(s["spend_usd"])
     assert m["Successful tasks"][0] == fmt.count(s["successful_tasks"])
 
-    at = _app(BIG_RANGE, "pages/tasks.py")
+    at = _app(BIG_RANGE, "views/tasks.py")
     tasks = cost.tasks_table(store, seeded.start, seeded.end, None, 1000)
     shown = at.dataframe[0].value
     assert len(shown) == len(tasks)
     assert shown["cost (USD)"].sum() == pytest.approx(tasks["cost_usd"].sum())
 
-    at = _app(BIG_RANGE, "pages/triangle.py")
+    at = _app(BIG_RANGE, "views/triangle.py")
     windows = cost.replica_windows(store, seeded.start, seeded.end, 300)  # auto window for 1 h = 5 min
     assert len(at.dataframe[0].value) == len(windows)
 
@@ -186,7 +186,7 @@ def worked():
 
 def test_cost_page_shows_the_worked_example(worked):
     # T0 = 2026-01-05 10:00 UTC, replica up in minutes 0-2 (tests/test_cost_engine.py computes by hand).
-    at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z"}, "pages/cost.py")
+    at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z"}, "views/cost.py")
     m = _metrics(at)
     assert m["Cost per successful task"][0] == "$0.0900"
     assert m["Cost per request (naive)"][0] == "$0.0600"
@@ -201,7 +201,7 @@ def test_cost_page_shows_the_worked_example(worked):
     assert waste.loc["idle", "USD"] == pytest.approx(0.06) and waste.loc["retry_waste", "USD"] == pytest.approx(0.015)
 
     at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z", "task": "T2"},
-              "pages/tasks.py")
+              "views/tasks.py")
     shown = at.dataframe[0].value.set_index("task_id")
     assert shown.loc["T2", "cost (USD)"] == pytest.approx(0.075) and shown.loc["T2", "waste (USD)"] == pytest.approx(0.015)
     calls = at.dataframe[1].value

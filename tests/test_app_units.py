@@ -103,3 +103,26 @@ def test_quality_problems_are_sentences():
     assert any("r2" in p and "default GPU price for 3 minutes" in p for p in problems)
     assert any("r1: 2 calls have no engine span" in p for p in problems)
     assert len(problems) == 3
+
+
+def test_chart_selection_times_are_utc_instants():
+    """The zoom selection (issue 17 Grafana parity): Vega gives epoch ms of the true instant."""
+    from datetime import datetime, timezone
+
+    from app.ui import from_viewer
+
+    ms = datetime(2026, 12, 1, 0, 35, tzinfo=timezone.utc).timestamp() * 1000
+    assert from_viewer(ms) == datetime(2026, 12, 1, 0, 35, tzinfo=timezone.utc)
+    assert from_viewer("2026-12-01T00:35:00Z") == datetime(2026, 12, 1, 0, 35, tzinfo=timezone.utc)
+
+
+def test_time_axes_use_a_24_hour_clock():
+    """Issue 17 fault 10: axis labels were a 12-hour clock without AM/PM."""
+    import pandas as pd
+
+    from app.charts import time_format
+
+    day = pd.date_range("2026-12-01 00:00", periods=24, freq="h")
+    assert time_format(day) == "%H:%M"
+    assert time_format(pd.date_range("2026-12-01", periods=8, freq="D")) == "%m-%d %H:%M"
+    assert "%I" not in time_format(day) and "%p" not in time_format(day)

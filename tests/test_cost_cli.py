@@ -55,8 +55,18 @@ def test_cost_command_end_to_end_in_its_own_store(tmp_path):
     assert result.returncode == 1
     assert "bad.yaml:4: gpu_types.H100.prices.0.usd_per_gpu_hour" in result.stderr
 
+    # Issue 17 fault 3: a read command never creates an empty store by accident; it says what to run.
+    result = _run(["--since", "2h"], tmp_path)
+    assert result.returncode == 1 and "no store at" in result.stderr and "nothing was created" in result.stderr
+    assert not (tmp_path / "data" / "clickhouse").exists()
+    env = dict(os.environ, INFERCOST_DATA_DIR=str(tmp_path / "data"),
+               INFERCOST_CLICKHOUSE_URL=f"chdb://{tmp_path / 'data' / 'clickhouse'}")
+    subprocess.run([sys.executable, "-m", "infercost.cli", "migrate"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=300)
+
     result = _run(["--since", "2h", "--recompute", "--fleet", str(ROOT / "fleet.example.yaml")], tmp_path)
     assert result.returncode == 0, result.stderr
+    assert f"store: {tmp_path / 'data' / 'clickhouse'}" in result.stderr
     assert "synced" in result.stderr and "recomputed" in result.stderr
     assert result.stdout.splitlines()[0].startswith("cost summary ")
     assert "CPST $/task" in result.stdout and "spend $" in result.stdout

@@ -144,3 +144,35 @@ def test_multi_day_ranges_read_the_hour_rollup(tiny):
     assert ten["ttft_p95_s"] == pytest.approx(0.8)
     per = s[s["replica"] != ""]
     assert per.groupby("replica")["requests"].sum().to_dict() == {"r1": 3, "r2": 2}  # r1: 1 at 09:57, 2 at 10:01
+
+
+def test_client_caused_errors_are_not_replica_errors():
+    """Issue 17 fault 7: calls the client cancelled (a shutdown, a user leaving) are labelled by the
+    gateway `client_disconnect` / the SDK `cancelled` and must not make a replica look degraded."""
+    from datetime import timedelta
+
+    from dashboard_seed import _insert_spans, _Span
+
+    store = new_store()
+    try:
+        stop_periodic_jobs(store)
+        w = tiny_scenario(store)
+        before = ops.replica_health(store, w["start"], w["end"]).set_index("replica")
+        at = w["start"] + timedelta(seconds=30)
+        extra = []
+        for i, error_type in enumerate(("client_disconnect", "cancelled", "shutdown")):
+            attrs = {"gateway.attempt": 1, "gateway.replica": "r1", "task.id": f"s{i}", "task.type": "chat",
+                     "tenant.id": "acme", "task.attempt": 1, "error.type": error_type}
+            extra.append(_Span(at, 0.5, "s" * 32, f"{i:016x}", f"{i + 10:016x}", "gateway.attempt", "Client",
+                               "gateway", {"service.name": "gateway"}, attrs, "Error"))
+        _insert_spans(store, extra)
+        after = ops.replica_health(store, w["start"], w["end"]).set_index("replica")
+        assert after.loc["r1", "error_rate"] == before.loc["r1", "error_rate"] == 0.0
+        assert after.loc["r2", "error_rate"] == pytest.approx(2 / 3)
+        assert not bool(after.loc["r1", "degraded"])
+        tiles = ops.fleet_tiles(store, w["start"], w["end"])
+        assert tiles.current.error_source == "gateway"
+        # 5 gateway attempts of the scenario + 3 client-caused ones, 2 replica errors: 2 / 8
+        assert tiles.current.error_rate == pytest.approx(2 / 8)
+    finally:
+        drop_store(store)

@@ -6,6 +6,7 @@ started in a subprocess (with its own store directory), never in the pytest proc
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -54,3 +55,23 @@ def test_dashboard_command_rejects_a_bad_store_url(tmp_path):
                           "--port", str(_free_port())], capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert out.returncode != 0
     assert "unsupported store URL" in out.stderr
+
+
+def test_dashboard_refuses_a_public_bind_without_auth_and_a_missing_store(tmp_path):
+    """Issue 14 item 7: no unauthenticated dashboard on a non-loopback address unless told; issue 17
+    fault 3: no empty store created by accident."""
+    env = dict(os.environ, INFERCOST_DATA_DIR=str(tmp_path / "data"))
+    env.pop("INFERCOST_CLICKHOUSE_URL", None)
+    env.pop("INFERCOST_AUTH_TOKEN", None)
+    run = lambda *args, **extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "infercost.cli", "dashboard", *args], capture_output=True, text=True, timeout=120,
+        env=dict(env, **extra))
+    out = run("--host", "0.0.0.0")
+    assert out.returncode != 0 and "refusing to serve the dashboard on 0.0.0.0" in out.stderr
+    assert "INFERCOST_AUTH_TOKEN" in out.stderr
+    out = run("--host", "127.0.0.1", "--port", "1")
+    assert out.returncode != 0 and "no store at" in out.stderr and "nothing was created" in out.stderr
+    assert not (tmp_path / "data" / "clickhouse").exists()
+    # a token (or explicitly allowing it) lifts the refusal; the missing store still stops it
+    out = run("--host", "0.0.0.0", INFERCOST_AUTH_TOKEN="t0k")
+    assert "refusing" not in out.stderr and "no store at" in out.stderr

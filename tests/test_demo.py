@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,14 +31,19 @@ def _free_port() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
-    dashboard_port, receiver_port = _free_port(), _free_port()
+    """Also issue 17: SIGTERM stops the demo with its summary (fault 7); while it runs, its query API
+    answers and `infercost cost` reads through it instead of failing on the locked store (fault 3)."""
+    dashboard_port, receiver_port, api_port = _free_port(), _free_port(), _free_port()
     summary_path = tmp_path / "summary.json"
-    env = {**os.environ, "INFERCOST_DATA_DIR": str(tmp_path / "data"), "NO_PROXY": "127.0.0.1,localhost"}
-    cmd = [sys.executable, "-m", "infercost.cli", "demo", "--duration", "2m", "--backfill-days", "1",
+    env = {**os.environ, "INFERCOST_DATA_DIR": str(tmp_path / "data"), "NO_PROXY": "127.0.0.1,localhost",
+           "INFERCOST_API_PORT": str(api_port)}
+    env.pop("INFERCOST_CLICKHOUSE_URL", None)
+    cmd = [sys.executable, "-m", "infercost.cli", "demo", "--duration", "10m", "--backfill-days", "1",
+           "--incident-after", "40s",
            "--port", str(dashboard_port), "--receiver-port", str(receiver_port), "--summary-json", str(summary_path)]
     log = (tmp_path / "demo.log").open("w")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    answered = False
+    answered, cli_output, live_since = False, "", None
     try:
         deadline = time.monotonic() + 800
         while proc.poll() is None and time.monotonic() < deadline:
@@ -46,17 +52,31 @@ def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
                     answered = httpx.get(f"http://127.0.0.1:{dashboard_port}/_stcore/health", timeout=2).status_code == 200
                 except httpx.HTTPError:
                     pass
+                if answered:
+                    live_since = time.monotonic()
+            elif not cli_output:
+                cli = subprocess.run([sys.executable, "-m", "infercost.cli", "cost", "--since", "2d"], cwd=tmp_path,
+                                     env=env, capture_output=True, text=True, timeout=300)
+                assert cli.returncode == 0, cli.stderr
+                cli_output = cli.stderr + cli.stdout
+            elif time.monotonic() - live_since > 120:
+                proc.send_signal(signal.SIGTERM)  # a service manager stopping it
+                break
             time.sleep(2)
-        assert proc.wait(timeout=60) == 0, (tmp_path / "demo.log").read_text()[-4000:]
+        assert proc.wait(timeout=120) == 0, (tmp_path / "demo.log").read_text()[-4000:]
     finally:
         if proc.poll() is None:
             proc.kill()
     output = (tmp_path / "demo.log").read_text()
     assert answered, "the dashboard never answered on its port"
-    summary = json.loads(summary_path.read_text())
+    assert "reading through its query API" in cli_output and "CPST $/task" in cli_output
+    text = summary_path.read_text()
+    assert "NaN" not in text
+    summary = json.loads(text)
     empty = [table for table, rows in summary["tables"].items() if rows == 0]
     assert not empty, f"tables without rows: {empty}"
     cascades = [a for a in summary["alerts"] if a["rule"] == "cascading_degradation"]
     assert cascades, f"no cascade alert; alerts: {[(a['rule'], a['replica']) for a in summary['alerts']]}"
     assert {a["replica"] for a in cascades} == {"replica-2"}
     assert "cost per successful task" in output and "alerts fired" in output
+    assert not (tmp_path / "data" / "service.json").exists()  # the owner withdrew its announcement

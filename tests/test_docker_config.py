@@ -65,3 +65,52 @@ def test_compose_fleet_file_is_valid_and_prices_the_compose_replica():
     fleet = load_fleet(DOCKER / "fleet.yaml")
     assert set(fleet.replicas) == {"vllm-0"}
     assert fleet.gpu_types["H100"].prices[0].usd_per_gpu_hour == 3.60
+
+
+def _grafana_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_dashboard", DOCKER / "grafana" / "build_dashboard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_grafana_is_provisioned_with_the_clickhouse_source_and_the_dashboard():
+    import json
+
+    services = _compose()["services"]
+    grafana = services["grafana"]
+    assert "grafana-clickhouse-datasource" in grafana["environment"]["GF_INSTALL_PLUGINS"]
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in grafana["volumes"] if m.startswith("./")}
+    assert mounts["/etc/grafana/provisioning"] == "./grafana/provisioning"
+    assert mounts["/var/lib/grafana/dashboards"] == "./grafana/dashboards"
+    source = yaml.safe_load((DOCKER / "grafana/provisioning/datasources/clickhouse.yaml").read_text())["datasources"][0]
+    assert source["type"] == "grafana-clickhouse-datasource" and source["jsonData"]["host"] == "clickhouse"
+    assert source["jsonData"]["defaultDatabase"] == "infercost" and source["jsonData"]["protocol"] == "http"
+    provider = yaml.safe_load((DOCKER / "grafana/provisioning/dashboards/infercost.yaml").read_text())["providers"][0]
+    assert provider["options"]["path"] == "/var/lib/grafana/dashboards"
+    board = json.loads((DOCKER / "grafana/dashboards/infercost.json").read_text())
+    assert (DOCKER / "grafana/dashboards/infercost.json").read_text() == _grafana_module().render()  # regenerated
+    uids = {t["datasource"]["uid"] for p in board["panels"] for t in p["targets"]}
+    assert uids == {source["uid"]}
+    # the dashboard and the query API never run unauthenticated on 0.0.0.0
+    env = services["infercost"]["environment"]
+    assert env["INFERCOST_DASHBOARD_HOST"] == "0.0.0.0" and env["INFERCOST_AUTH_TOKEN"].startswith("${INFERCOST_AUTH_TOKEN:?")
+
+
+def test_every_grafana_panel_query_runs_on_the_store(store):
+    """Each panel's SQL, with Grafana's ClickHouse macros expanded as the plugin does, runs on our schema
+    (an empty store: the columns and functions must exist; values are the pages' own queries')."""
+    import re
+
+    board = _grafana_module().dashboard()
+    queries = [t["rawSql"] for p in board["panels"] for t in p["targets"]]
+    queries.append(board["annotations"]["list"][0]["target"]["rawSql"])
+    frm, to = "toDateTime64('2026-11-02 10:00:00', 3)", "toDateTime64('2026-11-02 11:00:00', 3)"
+    for sql in queries:
+        expanded = re.sub(r"\$__timeFilter\((\w+)\)", rf"\1 >= {frm} AND \1 <= {to}", sql)
+        expanded = re.sub(r"\$__timeInterval\((\w+)\)", r"toStartOfInterval(\1, INTERVAL 60 second)", expanded)
+        expanded = expanded.replace("$__interval_s", "60").replace("$__fromTime", frm).replace("$__toTime", to)
+        assert "$__" not in expanded
+        store.query(expanded, tag="test.grafana")

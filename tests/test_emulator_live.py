@@ -219,3 +219,22 @@ def test_kv_cut_preemptions_show_in_metrics(replica):
     text = httpx.get(replica.url + "/metrics").text
     assert metric_value(text, "vllm:num_preemptions_total") > 0
     assert metric_value(text, "vllm:generation_tokens_total") == 240
+
+
+def test_slowdown_ends_at_its_until_time(replica):
+    """Issue 17 fault 6: a slowdown announced for N seconds ends after N seconds (it used to last forever)."""
+    import time
+
+    replica.set_fault("slowdown", 3.0, until_s=0.3)
+    assert httpx.get(replica.url + "/admin/faults").json()["slowdown"] == 3.0
+    assert replica.server.engine.slowdown == 3.0
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and replica.server.faults.slowdown != 1.0:
+        time.sleep(0.05)
+    assert httpx.get(replica.url + "/admin/faults").json()["slowdown"] == 1.0
+    assert replica.server.engine.slowdown == 1.0
+    # A newer fault of the same kind replaces the older one's end time; without until_s it stays.
+    httpx.post(replica.url + "/admin/faults", json={"kind": "slowdown", "value": 2.0, "until_s": 0.2})
+    replica.set_fault("slowdown", 4.0)
+    time.sleep(0.5)
+    assert replica.server.faults.slowdown == 4.0

@@ -324,3 +324,50 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
     pinned = SimpleNamespace(live=False, end=datetime(2026, 11, 2, 11, 0, tzinfo=timezone.utc))
     assert default_week(now, pinned) == "2026-W45"  # a shared link to a past hour opens its week
     assert default_week(now, SimpleNamespace(live=True, end=now)) == "2026-W47"
+
+
+def test_unlike_coverage_withholds_week_over_week_changes():
+    """Issue 17 fault 2: a week with ~25 h of data against a full one states its coverage and no WoW."""
+    from datetime import datetime, timezone
+
+    from app.review.model import Coverage, Figure, comparable
+    from app.review.sections import coverage_blocks
+
+    t0 = datetime(2026, 11, 23, tzinfo=timezone.utc)
+    full = Coverage(168, 168.0, t0, t0, False)
+    short = Coverage(25, 168.0, t0, t0, False)
+    assert comparable(full, Coverage(160, 168.0, t0, t0, False))  # within 10 %
+    assert not comparable(short, full) and not comparable(Coverage(168, 30.0, t0, t0, True), full)
+    assert short.partial and not full.partial and short.share == pytest.approx(25 / 168)
+    f = Figure(0.05, 0.6, comparable(short, full))
+    assert f.wow is None and f.delta is None  # no "CPST -91.9 % WoW"
+    assert Figure(0.05, 0.6).wow == pytest.approx(0.05 / 0.6 - 1)
+
+    class R:  # the review fields coverage_blocks reads
+        class week:
+            label = "2026-W48"
+
+        class previous:
+            label = "2026-W47"
+        coverage, coverage_last = short, full
+    texts = [b.text for b in coverage_blocks(R)]
+    assert "data in 25 of 168 hours (14.9 %, partial)" in texts[0]
+    assert "data in 168 of 168 hours (100.0 %, complete)" in texts[0]
+    assert texts[1].startswith("Week-over-week changes are withheld (the two weeks have data for different lengths")
+
+
+def test_markdown_review_escapes_what_it_quotes():
+    """Issue 14 item 7: a task id, tenant or alert text quoted by the Markdown review stays text."""
+    from markdown_it import MarkdownIt
+
+    from app.review.render import _md_block
+    from app.review.sections import Para, Table
+
+    evil = "<script>alert(1)</script> [log in again](javascript:alert(1)) ![x](http://198.51.100.1/p.png)"
+    md = _md_block(Table(("Task", "Tenant"), ((evil, "acme|x"),))) + "\n" + _md_block(Para(f"Top task: {evil}; "
+                                                                                       "see `infercost cost --task x`"))
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<a " not in html and "<img" not in html and "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
+    assert "[log in again](javascript:alert(1))" in html and "<code>infercost cost --task x</code>" in html
+    assert "acme|x" in html  # a pipe in a cell stays inside its cell

@@ -9,6 +9,8 @@ in headless Chromium with the network cut off.
 
 from __future__ import annotations
 
+from app.fmt import md_escape
+
 import math
 import shutil
 import sys
@@ -65,11 +67,15 @@ def test_headline_equals_period_summary(scenario):
         pairs = {
             "cpst_usd": h.cpst_usd, "attributed_cpst_usd": h.attributed_cpst_usd, "spend_usd": h.spend_usd,
             "idle_usd": h.idle_usd, "tasks": h.tasks, "successful_tasks": h.successful_tasks,
-            "goodput_per_hour": h.goodput_per_hour, "requests": h.requests, "tokens": h.tokens,
+            "requests": h.requests, "tokens": h.tokens,
             "cost_per_request_usd": h.cost_per_request_usd, "cost_per_1m_tokens_usd": h.cost_per_1m_tokens_usd,
         }
         for column, figure in pairs.items():
             assert _same(getattr(figure, side), row[column]), (week.label, column)
+        # Issue 17 fault 2: goodput per hour WITH DATA (each week is one 20-minute slice = 1 hour), not per 168 h.
+        cov = review.coverage if side == "this" else review.coverage_last
+        assert cov.hours_with_data == 1 and cov.partial and not cov.in_progress
+        assert _same(getattr(h.goodput_per_hour, side), row["slo_met_tasks"] / 1.0)
         assert _same(getattr(h.slo_attainment, side), row["slo_met_tasks"] / row["successful_tasks"])
     # WoW, by hand from the two summaries
     t = cost.period_summary(store, W48.start, W48.end).iloc[0]
@@ -160,11 +166,11 @@ def test_markdown_and_html_carry_the_same_figures(scenario, tmp_path):
                     for cell in row:
                         for line in cell.split("\n"):
                             assert escape(line) in html, line
-                            assert line.replace("|", "\\|") in md, line
+                            assert md_escape(line) in md, line
                             cells += 1
             elif isinstance(block, Kpis):
                 for k in block.items:
-                    assert escape(k.value) in html and f"**{k.value}**" in md
+                    assert escape(k.value) in html and f"**{md_escape(k.value)}**" in md
     assert cells > 100
     # the Markdown renders (GitHub-flavoured tables) to the same cells, row for row
     from markdown_it import MarkdownIt
@@ -183,7 +189,7 @@ def test_markdown_and_html_carry_the_same_figures(scenario, tmp_path):
     h = review.headline
     for text in (fmt.usd(h.cpst_usd.this), fmt.wow(h.cpst_usd.wow), fmt.usd(h.spend_usd.this),
                  fmt.count(h.successful_tasks.this), fmt.pct(h.slo_attainment.this)):
-        assert text in md and escape(text) in html
+        assert md_escape(text) in md and escape(text) in html
     # self-contained: no script, no external resource
     assert "<script" not in html and "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "https://" not in html and html.count("<svg") >= 3
@@ -284,7 +290,7 @@ def test_dashboard_page_shows_the_same_review(scenario):
 
     store, review, _ = scenario
     # the page script alone (the router's other pages are the dashboard's tests), as a shared link opens it
-    page = str(Path(__file__).resolve().parents[1] / "app" / "pages" / "weekly_review.py")
+    page = str(Path(__file__).resolve().parents[1] / "app" / "views" / "weekly_review.py")
     store_provider.set_store(store)
     try:
         at = AppTest.from_file(page, default_timeout=120)

@@ -14,8 +14,8 @@ from datetime import datetime, timezone
 from app.review import levers as lv
 from app.review.drivers import Factor, decompose, segment_factors
 from app.review.levers import num
-from app.review.model import (Contributor, DayPoint, Figure, Headline, Incident, Mover, SegmentRow, TaskRow,
-                              WasteRow, WeeklyReview)
+from app.review.model import (BudgetRow, Contributor, Coverage, DayPoint, Figure, Headline, Incident, Mover, SegmentRow,
+                              TaskRow, WasteRow, WeeklyReview, comparable)
 from app.review.weeks import IsoWeek, parse_week
 from schema.queries import cost, review
 from schema.store import StoreQueryError
@@ -53,21 +53,40 @@ def _row(df) -> dict:
     return df.iloc[0].to_dict() if df is not None and not df.empty else {}
 
 
-def _fig(this: dict, last: dict, key: str) -> Figure:
-    return Figure(num(this.get(key)), num(last.get(key)))
+def _fig(this: dict, last: dict, key: str, comparable: bool = True) -> Figure:
+    return Figure(num(this.get(key)), num(last.get(key)), comparable)
 
 
-def _headline(t: dict, l: dict) -> Headline:
+def _headline(t: dict, l: dict, cov_t: Coverage | None = None, cov_l: Coverage | None = None,
+              ok: bool = True) -> Headline:
     def slo(row):
         succ = num(row.get("successful_tasks")) or 0
         return (num(row.get("slo_met_tasks")) or 0) / succ if succ else None
+
+    def goodput(row, cov):
+        # Per hour WITH DATA: dividing by the week's 168 h made a 25-hour week look 7x worse.
+        met = num(row.get("slo_met_tasks"))
+        if cov is None:
+            return num(row.get("goodput_per_hour"))
+        return met / cov.hours_with_data if met is not None and cov.hours_with_data else None
+    f = lambda key: _fig(t, l, key, ok)  # noqa: E731
     return Headline(
-        cpst_usd=_fig(t, l, "cpst_usd"), attributed_cpst_usd=_fig(t, l, "attributed_cpst_usd"),
-        spend_usd=_fig(t, l, "spend_usd"), idle_usd=_fig(t, l, "idle_usd"), tasks=_fig(t, l, "tasks"),
-        successful_tasks=_fig(t, l, "successful_tasks"), goodput_per_hour=_fig(t, l, "goodput_per_hour"),
-        slo_attainment=Figure(slo(t), slo(l)), requests=_fig(t, l, "requests"), tokens=_fig(t, l, "tokens"),
-        cost_per_request_usd=_fig(t, l, "cost_per_request_usd"),
-        cost_per_1m_tokens_usd=_fig(t, l, "cost_per_1m_tokens_usd"))
+        cpst_usd=f("cpst_usd"), attributed_cpst_usd=f("attributed_cpst_usd"),
+        spend_usd=f("spend_usd"), idle_usd=f("idle_usd"), tasks=f("tasks"),
+        successful_tasks=f("successful_tasks"), goodput_per_hour=Figure(goodput(t, cov_t), goodput(l, cov_l), ok),
+        slo_attainment=Figure(slo(t), slo(l), ok), requests=f("requests"), tokens=f("tokens"),
+        cost_per_request_usd=f("cost_per_request_usd"),
+        cost_per_1m_tokens_usd=f("cost_per_1m_tokens_usd"))
+
+
+def week_coverage(store, week: IsoWeek, now: datetime) -> Coverage:
+    """The :class:`Coverage` of ``week`` as of ``now`` (``review.coverage``)."""
+    c = review.coverage(store, week.start, week.end)
+    in_progress = now < week.end
+    hours = (min(now, week.end) - week.start).total_seconds() / 3600.0
+    aware = lambda v: v.replace(tzinfo=timezone.utc) if v is not None and v.tzinfo is None else v  # noqa: E731
+    return Coverage(c["hours_with_data"], max(0.0, hours), aware(c["first_minute"]), aware(c["last_minute"]),
+                    in_progress)
 
 
 def _by_group(df) -> dict[str, dict]:
@@ -93,7 +112,8 @@ def _factors(t: dict, l: dict, gh_t: dict, gh_l: dict) -> list[Factor]:
         idle_share_this=idle_share(t), idle_share_last=idle_share(l))
 
 
-def _segments_and_movers(store, summaries: _Summaries, week: IsoWeek, prev: IsoWeek, movers_n: int):
+def _segments_and_movers(store, summaries: _Summaries, week: IsoWeek, prev: IsoWeek, movers_n: int,
+                         ok: bool = True):
     segments: dict[str, list[SegmentRow]] = {}
     candidates: list[Mover] = []
     for dim in DIMENSIONS:
@@ -106,8 +126,8 @@ def _segments_and_movers(store, summaries: _Summaries, week: IsoWeek, prev: IsoW
             t, l = this.get(key, {}), last.get(key, {})
             if not any((num(r.get(k)) or 0) > 0 for r in (t, l) for k in ("spend_usd", "tasks")):
                 continue  # e.g. client-only calls with no model and no cost: nothing to show
-            row = SegmentRow(dim, key, _fig(t, l, "cpst_usd"), _fig(t, l, "spend_usd"),
-                             _fig(t, l, "successful_tasks"), _fig(t, l, "tasks"))
+            row = SegmentRow(dim, key, _fig(t, l, "cpst_usd", ok), _fig(t, l, "spend_usd", ok),
+                             _fig(t, l, "successful_tasks", ok), _fig(t, l, "tasks", ok))
             rows.append(row)
             cost_t, cost_l = row.cost_usd.this or 0.0, row.cost_usd.last or 0.0
             if cost_t == cost_l:
@@ -264,16 +284,20 @@ def build_review(store, week: IsoWeek | str, *, now: datetime | None = None, mov
     summaries = _Summaries(store)
     t = _row(summaries(week.start, week.end))
     l = _row(summaries(prev.start, prev.end))
-    headline = _headline(t, l)
+    cov_t, cov_l = week_coverage(store, week, now), week_coverage(store, prev, now)
+    ok = comparable(cov_t, cov_l)
+    headline = _headline(t, l, cov_t, cov_l, ok)
     empty = not any((num(t.get(k)) or 0) > 0 for k in ("spend_usd", "tasks", "requests"))
-    review_ = WeeklyReview(week=week, previous=prev, generated_at=now, headline=headline, empty=empty)
+    review_ = WeeklyReview(week=week, previous=prev, generated_at=now, headline=headline, empty=empty,
+                           coverage=cov_t, coverage_last=cov_l)
     if empty:
         return review_
     gh_t = _row(review.gpu_hours(store, week.start, week.end))
     gh_l = _row(review.gpu_hours(store, prev.start, prev.end))
-    review_.segments, movers = _segments_and_movers(store, summaries, week, prev, movers_n)
-    fleet = _fleet_mover(t, l, gh_t, gh_l)
-    review_.movers = ([fleet] if fleet else []) + movers
+    review_.segments, movers = _segments_and_movers(store, summaries, week, prev, movers_n, ok)
+    fleet = _fleet_mover(t, l, gh_t, gh_l) if ok else None
+    # Movers explain a change: with unlike coverage there is no change to explain.
+    review_.movers = (([fleet] if fleet else []) + movers) if ok else []
     review_.waste = _waste(store, summaries, week, prev)
     review_.incidents, review_.incidents_note = _incidents(store, week, now)
     review_.top_tasks = _tasks(review.top_tasks(store, week.start, week.end, limit=top_n))
@@ -282,7 +306,34 @@ def build_review(store, week: IsoWeek | str, *, now: datetime | None = None, mov
     review_.daily_last = _daily(store, prev)
     review_.levers = _levers(store, summaries, week)
     review_.notes = _notes(store, week, headline, review_.waste)
+    review_.budgets = _budgets(store, week)
     return review_
+
+
+def _budgets(store, week: IsoWeek) -> list[BudgetRow]:
+    """Each budget against the week, from the cost job's daily allocated spend per tenant / task type."""
+    from schema.queries import budgets as bq
+
+    listed = bq.budgets(store)
+    if listed.empty:
+        return []
+    out = []
+    for scope, by in (("tenant", "tenant"), ("task_type", "task_type")):
+        wanted = listed[listed["scope"] == scope]
+        if wanted.empty:
+            continue
+        daily = cost.cpst_trend(store, week.start, week.end, DAY_SECONDS, by=by)
+        for r in wanted.to_dict("records"):
+            days = daily[daily["grp"] == r["name"]]["allocated_usd"].astype(float) if len(daily) else []
+            usd = float(r["usd"])
+            if r["period"] == "day":
+                spent = float(max(days, default=0.0)) if len(days) else 0.0
+                over = int(sum(1 for d in days if d > usd))
+            else:
+                spent = float(sum(days)) if len(days) else 0.0
+                over = int(spent > usd)
+            out.append(BudgetRow(scope, str(r["name"]), str(r["period"]), usd, spent, over))
+    return out
 
 
 def _levers(store, summaries: _Summaries, week: IsoWeek):

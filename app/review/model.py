@@ -22,11 +22,12 @@ class Figure:
 
     this: float | None
     last: float | None
+    comparable: bool = True  # False: the weeks' data coverage differs, so no change is stated
 
     @property
     def delta(self) -> float | None:
-        """this - last, in the measure's unit; None if either side is missing."""
-        if self.this is None or self.last is None:
+        """this - last, in the measure's unit; None if either side is missing or not comparable."""
+        if self.this is None or self.last is None or not self.comparable:
             return None
         return self.this - self.last
 
@@ -34,11 +35,42 @@ class Figure:
     def wow(self) -> float | None:
         """Week-over-week relative change (this - last) / last as a ratio (0.1 = +10 %).
 
-        None when last week is missing or zero (a change from zero has no percentage).
+        None when last week is missing or zero (a change from zero has no percentage), or when the
+        weeks' coverage differs (:class:`Coverage`): a 25-hour week against a full one says nothing.
         """
-        if self.this is None or self.last is None or self.last == 0:
+        if self.this is None or self.last is None or self.last == 0 or not self.comparable:
             return None
         return (self.this - self.last) / abs(self.last)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of a week has data (issue 17 fault 2). Hours: hours in which some replica was up."""
+
+    hours_with_data: int
+    week_hours: float  # 168 (less for the week in progress: the hours elapsed so far)
+    first: datetime | None
+    last: datetime | None
+    in_progress: bool = False  # the week has not ended yet
+
+    @property
+    def share(self) -> float:
+        """Hours with data / hours of the week (0..1)."""
+        return self.hours_with_data / 168.0
+
+    @property
+    def partial(self) -> bool:
+        """Fewer than 95 % of the week's 168 hours have data (or the week is still running)."""
+        return self.in_progress or self.hours_with_data < 0.95 * 168
+
+
+def comparable(a: "Coverage | None", b: "Coverage | None", tolerance: float = 0.1) -> bool:
+    """True when two weeks' changes can be stated: both have data, neither is in progress, and their
+    hours with data differ by at most ``tolerance`` (10 %) of the larger."""
+    if a is None or b is None or a.in_progress or b.in_progress:
+        return False
+    hi = max(a.hours_with_data, b.hours_with_data)
+    return hi > 0 and abs(a.hours_with_data - b.hours_with_data) <= tolerance * hi
 
 
 @dataclass(frozen=True)
@@ -51,7 +83,7 @@ class Headline:
     idle_usd: Figure
     tasks: Figure
     successful_tasks: Figure
-    goodput_per_hour: Figure  # successful tasks that met their SLO, per hour of the week
+    goodput_per_hour: Figure  # successful tasks that met their SLO, per hour WITH DATA (Coverage)
     slo_attainment: Figure  # ratio 0..1 of successful tasks meeting their SLO
     requests: Figure
     tokens: Figure
@@ -176,6 +208,20 @@ class Lever:
 
 
 @dataclass(frozen=True)
+class BudgetRow:
+    """A budget (fleet.yaml) against the week: ``spent_usd`` is the week's allocated spend of the scope
+    (week budgets) or its most expensive day (day budgets); ``periods_over`` counts days (or the week)
+    over budget."""
+
+    scope: str  # tenant | task_type
+    name: str
+    period: str  # day | week
+    budget_usd: float
+    spent_usd: float
+    periods_over: int
+
+
+@dataclass(frozen=True)
 class DayPoint:
     """A day of the week: spend and CPST (for the trend chart)."""
 
@@ -194,6 +240,9 @@ class WeeklyReview:
     generated_at: datetime
     headline: Headline
     empty: bool = False  # no spend and no tasks this week: the report says so and stops
+    coverage: Coverage | None = None
+    coverage_last: Coverage | None = None
+    budgets: list[BudgetRow] = field(default_factory=list)
     segments: dict[str, list[SegmentRow]] = field(default_factory=dict)
     movers: list[Mover] = field(default_factory=list)
     waste: list[WasteRow] = field(default_factory=list)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
+from app.fmt import md_code_spans, md_escape
 from app.review import fmt
 from app.review.model import WeeklyReview
 from app.review.sections import Chart, Kpis, Para, Section, Table, build_sections
@@ -102,22 +103,24 @@ def render_html(review: WeeklyReview, sections: list[Section] | None = None) -> 
 
 
 def _md_cell(text: str) -> str:
-    # GitHub-flavoured tables hold one line per cell; <br> is the accepted line break inside one.
-    return text.replace("|", "\\|").replace("\n", "<br>")
+    # Every quoted value is escaped (a task id or alert text must never become a link, an image or
+    # HTML); GitHub-flavoured tables hold one line per cell, so line breaks become <br> after escaping.
+    return "<br>".join(md_escape(line) for line in str(text).split("\n"))
 
 
 def _md_block(block) -> str:
     if isinstance(block, Para):
+        text = md_code_spans(block.text)
         if block.tone == "subhead":
-            return f"### {block.text}\n"
+            return f"### {md_escape(block.text)}\n"
         if block.tone == "muted":
-            return f"_{block.text}_\n"
+            return f"_{text}_\n"
         if block.tone == "warn":
-            return f"> ⚠ {block.text}\n"
-        return f"{block.text}\n"
+            return f"> ⚠ {text}\n"
+        return f"{text}\n"
     if isinstance(block, Kpis):
         lines = ["| Headline | This week | WoW | Last week |", "|---|---:|---:|---:|"]
-        lines += [f"| {_md_cell(k.label)} | **{_md_cell(k.value)}** | {k.change} | {_md_cell(k.previous)} |"
+        lines += [f"| {_md_cell(k.label)} | **{_md_cell(k.value)}** | {_md_cell(k.change)} | {_md_cell(k.previous)} |"
                   for k in block.items]
         return "\n".join(lines) + "\n"
     if isinstance(block, Table):
@@ -134,9 +137,9 @@ def _md_block(block) -> str:
 def render_markdown(review: WeeklyReview, sections: list[Section] | None = None) -> str:
     """The review as GitHub-flavoured Markdown (tables; charts omitted, their numbers are in tables)."""
     sections = sections if sections is not None else build_sections(review)
-    out = [f"# {review.title}\n", f"_infercost · generated {fmt.when(review.generated_at)}_\n"]
+    out = [f"# {md_escape(review.title)}\n", f"_infercost · generated {fmt.when(review.generated_at)}_\n"]
     for s in sections:
-        out.append(f"## {s.title}\n")
+        out.append(f"## {md_escape(s.title)}\n")
         out.extend(md for md in (_md_block(b) for b in s.blocks) if md)
     out.append("---\n_All amounts in USD. CPST = all spend / tasks that succeeded in the week._\n")
     return "\n".join(out)

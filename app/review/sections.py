@@ -62,11 +62,40 @@ def _kpi(label: str, f: Figure, formatter, good_when_down: bool = True) -> Kpi:
     return Kpi(label, formatter(f.this), fmt.wow(f.wow), formatter(f.last), good_when_down, f.wow)
 
 
+def _coverage_text(label: str, c) -> str:
+    if c is None or c.hours_with_data == 0:
+        return f"{label}: no data."
+    state = "in progress" if c.in_progress else ("partial" if c.partial else "complete")
+    return (f"{label}: data in {c.hours_with_data} of 168 hours ({fmt.pct(c.share)}, {state}), "
+            f"first {fmt.when(c.first)}, last {fmt.when(c.last)}.")
+
+
+def coverage_blocks(r: WeeklyReview) -> list:
+    """How much of each week has data, and whether changes are stated (issue 17 fault 2)."""
+    if r.coverage is None:
+        return []
+    from app.review.model import comparable
+
+    out = [Para(_coverage_text(r.week.label, r.coverage) + " " + _coverage_text(r.previous.label, r.coverage_last),
+                "muted")]
+    if not comparable(r.coverage, r.coverage_last):
+        why = ("the week is still in progress" if r.coverage.in_progress else
+               "the two weeks have data for different lengths of time")
+        out.append(Para(f"Week-over-week changes are withheld ({why}): totals of unlike periods do not compare. "
+                        "Rates per hour use the hours with data.", "warn"))
+    elif r.coverage.partial:
+        out.append(Para("This week has data for part of its hours only: rates per hour use the hours with data.",
+                        "warn"))
+    return out
+
+
 def headline_section(r: WeeklyReview) -> Section:
     h = r.headline
     s = Section("headline", "Headline")
     days = f"{r.week.monday:%a %d %b %Y} – {r.week.days()[-1]:%a %d %b %Y} (UTC)"
     s.blocks.append(Para(f"Week {r.week.label}: {days}. Compared with {r.previous.label}.", "muted"))
+    for block in coverage_blocks(r):
+        s.blocks.append(block)
     if r.empty:
         if (h.spend_usd.last or 0) > 0 or (h.tasks.last or 0) > 0:
             before = (f"The week before ({r.previous.label}) spent {fmt.usd(h.spend_usd.last)} for "
@@ -218,6 +247,26 @@ def waste_section(r: WeeklyReview) -> Section:
     return s
 
 
+def budgets_section(r: WeeklyReview) -> Section | None:
+    """Budgets (fleet.yaml) against the week: None when no budget is configured."""
+    if not r.budgets:
+        return None
+    s = Section("budgets", "Budgets")
+    s.blocks.append(Para("Spend allocated to each scope's calls (idle GPU time belongs to no tenant or task type); "
+                         "day budgets show the week's most expensive day.", "muted"))
+    rows = tuple((("Tenant" if b.scope == "tenant" else "Task type") + f" {b.name}", f"{fmt.usd(b.budget_usd)} / {b.period}",
+                  fmt.usd(b.spent_usd), fmt.pct(b.spent_usd / b.budget_usd if b.budget_usd else None),
+                  (f"{b.periods_over} day(s) over" if b.period == "day" else ("over" if b.periods_over else "within")))
+                 for b in r.budgets)
+    s.blocks.append(Table(("Budget", "Limit", "Spent (week, or worst day)", "Of the limit", "Verdict"), rows,
+                          numeric=(False, True, True, True, False)))
+    over = [b for b in r.budgets if b.periods_over]
+    if over:
+        s.blocks.append(Para("Over budget: " + ", ".join(f"{b.scope.replace('_', ' ')} {b.name}" for b in over) + ".",
+                             "warn"))
+    return s
+
+
 def incidents_section(r: WeeklyReview) -> Section:
     s = Section("incidents", "Incidents")
     if r.incidents is None:
@@ -293,6 +342,9 @@ def build_sections(r: WeeklyReview) -> list[Section]:
     else:
         out = [headline_section(r), changes_section(r), waste_section(r), incidents_section(r),
                tasks_section(r), levers_section(r)]
+        budgets = budgets_section(r)
+        if budgets is not None:
+            out.insert(3, budgets)
     notes = notes_section(r)
     if notes is not None:
         out.append(notes)

@@ -28,6 +28,22 @@ def command(host, port, clickhouse_url, database):
                                  database=database)
     except ValueError as exc:
         raise click.ClickException(f"bad setting: {exc}") from exc
+    from infercost.locate import embedded_path, service_api, store_exists
+    from infercost.service import check_exposure, dashboard_auth
+
+    try:
+        check_exposure(settings.dashboard_host, settings, "dashboard")
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    path = embedded_path(settings)
+    if path is not None:
+        owner = service_api(settings)
+        if owner is not None:
+            raise click.ClickException(f"the store at {path} is owned by a running `infercost up` / `demo`, which "
+                                       f"serves the dashboard itself (its query API: {owner.base_url})")
+        if not store_exists(settings):
+            raise click.ClickException(f"no store at {path} (INFERCOST_DATA_DIR={settings.data_dir}): nothing was "
+                                       "created. Run `infercost demo` or `infercost up` first.")
     try:
         store = connect(settings.store_url, settings.database)
         if store.embedded:
@@ -38,10 +54,13 @@ def command(host, port, clickhouse_url, database):
 
     from app.server import serve
 
+    from schema.redact import redact
+
     click.echo(f"infercost dashboard on http://{settings.dashboard_host}:{settings.dashboard_port} "
-               f"(store {settings.store_url if store.embedded else store.url.dsn.split('@')[-1]})")
+               f"(store {redact(settings.store_url)})")
     endpoint = f"http://{settings.receiver_host}:{settings.receiver_port}/v1/traces"
     try:
-        serve(store, settings.dashboard_host, settings.dashboard_port, block=True, otlp_endpoint=endpoint)
+        serve(store, settings.dashboard_host, settings.dashboard_port, block=True, otlp_endpoint=endpoint,
+              auth=dashboard_auth(settings))
     finally:
         store.close()

@@ -56,6 +56,8 @@ def command(duration, backfill_days, reset, rate_scale, backfill_rate_scale, inc
     from infercost.demo import REPLICAS, DemoOptions, run_demo
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The emulated replicas and the gateway run uvicorn: one access-log line per request is noise here.
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     seconds = parse_duration(duration)
     after = parse_duration(incident_after)
     if after is None:

@@ -83,6 +83,17 @@ def scheduler_from_settings(store, settings):
                            webhook_url=webhook_url, smtp=smtp)
 
 
+def _write_from_api(api, week: str, out_dir: Path) -> tuple[Path, Path]:
+    """Fetch the review of ``week`` from the owning service's query API and write both files."""
+    body = api.get("/review", week=week)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    html_path, md_path = out / f"infercost-review-{week}.html", out / f"infercost-review-{week}.md"
+    html_path.write_text(body["html"], encoding="utf-8")
+    md_path.write_text(body["markdown"], encoding="utf-8")
+    return html_path, md_path
+
+
 @click.command(name="review")
 @click.option("--week", "week_text", default=None, metavar="YYYY-Www",
               help="ISO week to review, e.g. 2026-W48 (default: the last complete week, UTC).")
@@ -112,8 +123,9 @@ def command(week_text, out_dir, clickhouse_url, run_jobs, webhook_url, smtp_host
     """
     from app.review import BadWeek, last_complete_week, parse_week, write_report
     from app.review.schedule import deliver
-    from schema.migrate import MigrationError, migrate
-    from schema.store import StoreError, connect
+    from infercost.locate import APIClient, NoStoreHere, open_for_reading
+    from schema.migrate import MigrationError
+    from schema.store import StoreError
 
     now = datetime.now(timezone.utc)
     try:
@@ -135,14 +147,18 @@ def command(week_text, out_dir, clickhouse_url, run_jobs, webhook_url, smtp_host
         raise click.BadParameter(f"must be an http(s) URL, got {webhook_url!r}", param_hint="--webhook")
     out_dir = out_dir or review_dir(settings)
     try:
-        store = connect(settings.store_url, settings.database)
-        migrate(store, settings.retention_days)
-        if run_jobs:
-            note = _run_jobs(store, week.previous().start, min(week.end, now))
-            if note:
-                click.echo(note, err=True)
-        html_path, md_path = write_report(store, week, out_dir, now=now)
-    except (StoreError, MigrationError) as exc:
+        store = open_for_reading(settings, lambda text: click.echo(text, err=True))
+        if isinstance(store, APIClient):
+            if run_jobs:
+                raise click.ClickException("--recompute needs the store itself: stop the service that owns it first")
+            html_path, md_path = _write_from_api(store, week.label, out_dir)
+        else:
+            if run_jobs:
+                note = _run_jobs(store, week.previous().start, min(week.end, now))
+                if note:
+                    click.echo(note, err=True)
+            html_path, md_path = write_report(store, week, out_dir, now=now)
+    except (StoreError, MigrationError, NoStoreHere, RuntimeError) as exc:
         raise click.ClickException(f"store: {exc}") from exc
     except OSError as exc:
         raise click.ClickException(f"cannot write the review to {out_dir}: {exc}") from exc

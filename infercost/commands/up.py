@@ -36,6 +36,14 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
         alert_config = None if no_alerts else load_alert_config(settings.fleet_file)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
+    from infercost.service import check_exposure
+
+    try:
+        check_exposure(settings.dashboard_host, settings, "dashboard")
+        check_exposure(settings.api_host, settings, "query API", token_only=True)
+    except ValueError as exc:
+        store.close()
+        raise click.ClickException(str(exc)) from exc
     service = Service(store, settings)
     if no_receiver and targets:
         raise click.UsageError("--scrape needs the receiver (drop --no-receiver)")
@@ -44,6 +52,8 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
             receiver = service.start_receiver(targets)
             click.echo(f"OTLP/HTTP receiver on http://{settings.receiver_host}:{receiver.port}/v1/traces")
         service.start_jobs()
+        api = service.start_api()
+        click.echo(f"query API on {api.url} (cost metrics: {api.url.rsplit('/api/', 1)[0]}/metrics)")
         if not no_alerts:
             service.start_alerts(config=alert_config)
         if service.start_review_schedule() is not None:

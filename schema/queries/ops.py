@@ -370,7 +370,7 @@ def ingest_status(store) -> IngestStatus:
         t = pd.Timestamp(value)
         if t.value == 0:
             return None
-        return (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).to_pydatetime()
+        return (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")).to_pydatetime(warn=False)
 
     return IngestStatus(int(row["spans"]), ts(row["last_span"]), int(row["engine_calls"]), int(row["calls"]),
                         int(row["gauge_points"]), ts(row["last_gauge"]))

@@ -17,7 +17,8 @@ SELECT
     sumIf(ifNull(output_tokens, 0), call_source = 'engine') AS output_tokens_sum,
     countIf(call_source = 'engine' AND (status = 'error' OR finish_reason IN ('abort', 'error'))) AS engine_errors,
     countIf(call_source = 'gateway') AS gateway_attempts,
-    countIf(call_source = 'gateway' AND status = 'error') AS gateway_errors,
+    countIf(call_source = 'gateway' AND status = 'error'
+        AND error_type NOT IN ('cancelled', 'client_disconnect', 'shutdown')) AS gateway_errors,
     quantileExactIf(0.95)(ttft_s, call_source = 'engine' AND ttft_s IS NOT NULL) AS ttft_p95_s,
     quantileExactIf(0.95)(decode_s / (ifNull(output_tokens, 0) - 1),
         call_source = 'engine' AND ifNull(output_tokens, 0) > 1 AND decode_s IS NOT NULL) AS itl_p95_s,

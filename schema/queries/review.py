@@ -118,3 +118,18 @@ def data_extent(store, start: datetime, end: datetime) -> tuple[datetime | None,
         return None, None
     first, last = (pd.Timestamp(v).to_pydatetime(warn=False) for v in found[0])
     return _utc(first), _utc(last)
+
+
+def coverage(store, start: datetime, end: datetime) -> dict:
+    """How much of ``[start, end)`` has data: ``hours_with_data`` (hours in which some replica was up),
+    ``minutes_with_data``, ``first_minute`` / ``last_minute`` (naive UTC datetimes, None when empty)."""
+    import pandas as pd
+
+    cols, found = queries.rows(store, "review_coverage", start=_utc(start), end=_utc(end))
+    row = dict(zip(cols, found[0])) if found else {}
+    out = {"hours_with_data": int(row.get("hours_with_data") or 0),
+           "minutes_with_data": int(row.get("minutes_with_data") or 0)}
+    for key in ("first_minute", "last_minute"):
+        value = row.get(key)
+        out[key] = None if value is None or pd.isna(value) else _utc(pd.Timestamp(value).to_pydatetime(warn=False))
+    return out

@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from schema import semconv as sc
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.kvcache import segments_from_hash_ids
@@ -266,6 +267,10 @@ class FleetSimulator(ReplicaEvents):
 
     def start_step(self, t, task):
         steps = task.plan.steps
+        if task.plan.fail_at_step is not None and task.step_i == task.plan.fail_at_step + 1:
+            # The client rejected the previous step's result (serving.workloads.runner does the same live).
+            self.finish_task(t, task, "failure", "step_rejected")
+            return
         if task.step_i >= len(steps):
             self.finish_task(t, task, "success" if task.failed_steps == 0 else "failure", task.last_error)
             return
@@ -471,6 +476,10 @@ class FleetSimulator(ReplicaEvents):
         ttft = req.first_token + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S - a.t0 if req.first_token is not None else None
         self.end_attempt(t, a, error_type=None, status=200, tokens=req.out, gw_error=None, finish=req.finish_reason,
                          ttft=ttft)
+        if a.n <= a.call.rejected_attempts and a.n < self.rp.max_attempts:
+            # The client rejects this answer (e.g. an invalid tool call) and asks again at once.
+            self.start_attempt(t, (a.task, a.ci, a.n + 1))
+            return
         self.call_done(t, a, True)
 
     def end_attempt(self, t, a, *, error_type, status, tokens, gw_error, finish, ttft):
@@ -492,8 +501,10 @@ class FleetSimulator(ReplicaEvents):
         gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
                   a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
-                  gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
-                                gw_ttft, gw_error),
+                  {**gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
+                                   gw_ttft, gw_error),
+                   # the real gateway copies the whole baggage (task.step and task.attempt included) onto this span
+                   sc.TASK_STEP: a.step, sc.TASK_ATTEMPT: a.n},
                   STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
         out_tokens = tokens if ok else None
         self.span(self.client_res, task.trace_id, a.client_id, task.root_id, f"chat {plan.model}", SPAN_KIND_CLIENT,

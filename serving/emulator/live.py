@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from serving.emulator.profiles import get_profile
-from serving.emulator.server import ReplicaServer
+from serving.emulator.server import HEALTHY, ReplicaServer
 
 
 @dataclass
@@ -86,7 +86,7 @@ class Fleet(list):
                     if not end:
                         srv.crash(restart_after_s=None if ev.until_s is None else ev.until_s - ev.at_s)
                 elif end:
-                    srv.set_fault(ev.kind, {"slowdown": 1.0, "kv_cut": 0.0, "error_rate": 0.0}[ev.kind])
+                    srv.set_fault(ev.kind, HEALTHY[ev.kind])
                 else:
                     srv.set_fault(ev.kind, ev.value)
 

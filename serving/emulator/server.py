@@ -40,6 +40,8 @@ from serving.emulator.prom import exposition, make_registry
 from serving.emulator.spans import engine_span_attributes, replica_resource
 from serving.emulator.static import StaticEngine
 
+HEALTHY = {"slowdown": 1.0, "kv_cut": 0.0, "error_rate": 0.0}  # what a fault kind returns to when it ends
+
 class _Handle:
     """A request's bridge between the engine loop and its HTTP response."""
 
@@ -82,6 +84,7 @@ class ReplicaServer:
         self._wake: asyncio.Event | None = None
         self._loop_task = None
         self._restart_task = None
+        self._heal_tasks: dict[str, asyncio.Task] = {}  # kind -> task returning it to healthy at until_s
         self.started = time.time()
         self.tracer_provider = None
         self.tracer = None
@@ -137,7 +140,7 @@ class ReplicaServer:
         self._loop_task = asyncio.get_running_loop().create_task(self._engine_loop(), name=f"engine-{self.replica_id}")
 
     async def _on_shutdown(self):
-        for t in (self._loop_task, self._restart_task):
+        for t in (self._loop_task, self._restart_task, *self._heal_tasks.values()):
             if t:
                 t.cancel()
         if self.tracer_provider is not None:
@@ -145,7 +148,8 @@ class ReplicaServer:
 
     # ------------------------------------------------------------------ faults
     def set_fault(self, kind: str, value, until_s: float | None = None) -> None:
-        """Apply a fault now. ``crash`` takes ``until_s`` (restart after that many seconds; None = stay down).
+        """Apply a fault now. ``crash`` takes ``until_s`` (restart after that many seconds; None = stay down);
+        the other kinds end after ``until_s`` seconds (the value returns to healthy; None = until cleared).
         Raises ValueError with the problem when the kind or value is invalid."""
         problems = validate_fault(kind, value) if kind != "crash" else []
         if problems:
@@ -160,8 +164,25 @@ class ReplicaServer:
             self.faults.error_rates = error_rates(value)
         elif kind == "crash":
             self.crash(restart_after_s=until_s if until_s is not None else value)
+        if kind != "crash":
+            self._schedule_heal(kind, until_s)
         if self._wake is not None:
             self._wake.set()
+
+    def _schedule_heal(self, kind: str, until_s: float | None) -> None:
+        # A newer fault of the same kind replaces the pending heal of the older one.
+        old = self._heal_tasks.pop(kind, None)
+        if old is not None:
+            old.cancel()
+        if until_s is None:
+            return
+
+        async def heal() -> None:
+            await asyncio.sleep(float(until_s))
+            self._heal_tasks.pop(kind, None)
+            self.set_fault(kind, HEALTHY[kind])
+
+        self._heal_tasks[kind] = asyncio.get_event_loop().create_task(heal())
 
     def crash(self, restart_after_s: float | None = None) -> None:
         """Kill the engine: in-flight streams break, their spans are never exported."""

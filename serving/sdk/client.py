@@ -324,11 +324,13 @@ class AsyncInstrumentedOpenAI(_Base):
             rec.on_response(await self.openai.chat.completions.create(model=model, messages=messages, **req))
 
     async def chat(self, *, model: str, messages: list[dict], stream: bool = True, step: str | None = None,
-                   retry_policy: RetryPolicy | None = None, **kwargs) -> CallResult:
-        """As :meth:`InstrumentedOpenAI.chat`; the attempt timeout bounds the whole attempt."""
+                   retry_policy: RetryPolicy | None = None, first_attempt: int = 1, **kwargs) -> CallResult:
+        """As :meth:`InstrumentedOpenAI.chat`; the attempt timeout bounds the whole attempt.
+        ``first_attempt``: the ``task.attempt`` of the first try (> 1 when the caller re-asks after
+        rejecting an earlier answer); the policy's attempts are counted from it."""
         policy = retry_policy or self.policy
         partial = 0
-        for attempt in range(1, policy.max_attempts + 1):
+        for attempt in range(first_attempt, first_attempt + policy.max_attempts):
             rec = self._attempt(model, stream, attempt, step, messages, kwargs)
             headers = rec.begin()
             try:
@@ -341,7 +343,7 @@ class AsyncInstrumentedOpenAI(_Base):
             except Exception as exc:  # noqa: BLE001
                 outcome = rec.end_error(exc, policy)
                 partial += outcome.tokens
-                if not outcome.retryable or attempt == policy.max_attempts:
+                if not outcome.retryable or attempt == first_attempt + policy.max_attempts - 1:
                     raise CallFailed(outcome.error_type, attempt, exc, partial) from exc
                 await self._sleep(backoff_s(policy, attempt, self.rng, outcome.retry_after_s))
         raise AssertionError("unreachable")

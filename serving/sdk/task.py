@@ -14,6 +14,8 @@ Position: serving. A task is one unit of work a user asked for (DESIGN.md, "Task
 * Outcome: ``t.succeed()``, ``t.fail(reason)``, ``t.abandon(reason)``. An exception escaping the
   block ends the task as ``failure`` (error.type = the exception's class name, re-raised); a block
   that ends with no outcome is ``abandoned`` (the client walked away without deciding).
+* ``t.interrupt("shutdown")``: the client process stops before the task decides; the root span
+  gets ``error.type`` and no ``task.outcome`` (the outcome stays unknown, not a failure).
 * Async: ``async with task(...) as t`` (contextvars keep concurrent tasks apart).
 * Decorator: ``@task("chat", tenant="acme")`` runs each call of the function (sync or async) as a
   new task; returning marks ``success`` unless the function set an outcome itself
@@ -37,6 +39,8 @@ from schema import semconv as sc
 from serving.sdk.context import with_task_baggage
 
 INSTRUMENTATION_NAME = "infercost.serving.sdk"
+INTERRUPTED = "interrupted"  # Task.outcome while no outcome is exported (see Task.interrupt)
+INTERRUPTED_SHUTDOWN = "shutdown"  # error.type of a task cut off by its client process stopping
 
 _CURRENT: contextvars.ContextVar["Task | None"] = contextvars.ContextVar("infercost_task", default=None)
 
@@ -143,6 +147,12 @@ class Task:
         """Mark the task ``abandoned`` (the user gave up, e.g. a deadline passed)."""
         self.outcome, self.reason = "abandoned", reason
 
+    def interrupt(self, reason: str = INTERRUPTED_SHUTDOWN) -> None:
+        """End the task with NO outcome: the client process itself stopped (e.g. shut down) before the
+        task could decide. The root span carries ``error.type`` = ``reason`` and no ``task.outcome``, so
+        the cost job keeps its outcome unknown (calls ``pending``): neither a failure nor waste."""
+        self.outcome, self.reason = INTERRUPTED, reason
+
     # --- lifecycle ------------------------------------------------------------------------------
     def _start(self) -> "Task":
         if self._entered:
@@ -172,8 +182,13 @@ class Task:
         if self.outcome is None:
             self.abandon("unfinished")
         span = self._span
-        span.set_attribute(sc.TASK_OUTCOME, self.outcome)
-        if self.outcome == "failure":
+        if self.outcome == INTERRUPTED:
+            span.set_attribute(sc.ERROR_TYPE, self.reason or INTERRUPTED_SHUTDOWN)
+        else:
+            span.set_attribute(sc.TASK_OUTCOME, self.outcome)
+        if self.outcome == INTERRUPTED:
+            pass
+        elif self.outcome == "failure":
             span.set_status(Status(StatusCode.ERROR, self.reason or "failure"))
             span.set_attribute(sc.ERROR_TYPE, self.reason or "failure")
         elif self.outcome == "abandoned":

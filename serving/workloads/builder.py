@@ -41,6 +41,18 @@ DEFAULT_SLO_MS = {"chat": (2000.0, 60_000.0), "copilot": (1000.0, 300_000.0), "r
 TASK_TYPES = ("chat", "copilot", "research_agent")
 DEFAULT_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 AZURE_TASK_BLOCK_BASE = 1 << 40  # synthetic per-task block ids live far above Mooncake's (< 2**18)
+# Share of tasks that fail on their own (a step's result is rejected), per task type, for agentic
+# demos. research_agent: 0.39 = 1 - pass^1 of gpt-4o on tau-bench's retail domain (61.2 %; Yao et
+# al., "tau-bench", arXiv:2406.12045, 2024, Table 2; its airline domain is worse, 35.2 %).
+# copilot: 0.12 = an assumption (no public per-action failure rate of coding assistants; chosen
+# below the agent's since an action has fewer steps). chat: 0 (a turn has one step; a bad answer is
+# still a delivered one).
+AGENTIC_FAILURE_RATES = {"chat": 0.0, "copilot": 0.12, "research_agent": 0.39}
+# Share of an agent's model calls whose answer the client rejects and asks again (an invalid or
+# wrong tool call): 0.1, about 1 - the overall accuracy of the strongest models on the Berkeley
+# Function Calling Leaderboard (Yan et al., 2024, gorilla.cs.berkeley.edu/leaderboard: ~0.9).
+# Applied to the multi-call types (copilot, research_agent); chat answers are not re-asked.
+AGENTIC_REASK_RATES = {"chat": 0.0, "copilot": 0.1, "research_agent": 0.1}
 
 
 def _n_calls(task_type: str, rng: random.Random) -> int:
@@ -79,6 +91,20 @@ def _step_sizes(task_type: str, n: int, rng: random.Random) -> list[tuple[str, i
     return steps
 
 
+def _reasks(rng: random.Random, p: float, cap: int = 2) -> int:
+    n = 0
+    while n < cap and rng.random() < p:
+        n += 1
+    return n
+
+
+def _validate_rates(rates: dict[str, float]) -> dict[str, float]:
+    problems = [f"{t!r}: failure rate must be in [0, 1], got {r}" for t, r in rates.items() if not 0 <= r <= 1]
+    if problems:
+        raise ValueError("invalid failure rates: " + "; ".join(problems))
+    return dict(rates)
+
+
 def _validate_mix(mix: dict[str, float]) -> dict[str, float]:
     problems = [f"unknown task type {t!r}" for t in mix if t not in TASK_TYPES]
     problems += [f"share of {t!r} must be >= 0" for t, s in mix.items() if s < 0]
@@ -95,7 +121,9 @@ def build_plans(trace: str = "azure", data_dir: str | Path | None = None, mix: d
                 tenants: list[str] | tuple[str, ...] | None = None, model: str = DEFAULT_MODEL,
                 priorities: dict[str, str] | None = None,
                 slo_ms: dict[str, tuple[float | None, float | None]] | None = None,
-                max_tokens_cap: int | None = None) -> list[TaskPlan]:
+                max_tokens_cap: int | None = None,
+                failure_rates: dict[str, float] | None = None,
+                reask_rates: dict[str, float] | None = None) -> list[TaskPlan]:
     """Task plans replaying ``trace`` for ``duration_s`` seconds, starting ``start_offset_s`` into the looped trace.
 
     trace: "azure" | "mooncake". data_dir: folder of the trace files (default ../shared/data).
@@ -104,6 +132,11 @@ def build_plans(trace: str = "azure", data_dir: str | Path | None = None, mix: d
     plans reproducible (types, call counts, steps, tenants). tenants: tenant ids, drawn with
     Zipf-like weights 1/rank (a few big customers). priorities / slo_ms: per task type
     (``slo_ms[type] = (ttft_ms, e2e_ms)``). max_tokens_cap: if set, output lengths are capped there.
+    failure_rates: task type -> probability (0..1) that the task fails on its own (the client rejects a
+    step's result: :attr:`TaskPlan.fail_at_step`, drawn uniformly over the task's steps), e.g.
+    :data:`AGENTIC_FAILURE_RATES`. Default: no task fails on its own (only faults fail tasks).
+    reask_rates: task type -> probability that the client rejects a call's answer and asks again
+    (:attr:`CallPlan.rejected_attempts`, geometric, at most 2), e.g. :data:`AGENTIC_REASK_RATES`.
     Returns plans sorted by ``arrival_s`` (seconds from the workload start, offset included);
     a task whose first call falls in the window is kept whole. Raises ValueError on bad arguments.
     """
@@ -153,6 +186,10 @@ def build_plans(trace: str = "azure", data_dir: str | Path | None = None, mix: d
     # Scalar draws from the stdlib generator: ~10x cheaper per draw than numpy's, and a week of
     # plans makes hundreds of thousands of them.
     rng = random.Random(seed)
+    # Failures draw from their own generator so the types, sizes and tenants stay those of the seed.
+    fail_rng = random.Random(seed * 1_000_003 + 17)
+    failure_rates = _validate_rates(failure_rates or {})
+    reask_rates = _validate_rates(reask_rates or {})
     types = list(shares)
     probs = [shares[t] for t in types]
     weights = [1.0 / r for r in range(1, len(tenants) + 1)]
@@ -171,16 +208,21 @@ def build_plans(trace: str = "azure", data_dir: str | Path | None = None, mix: d
             blocks = [tuple(range(base, base + p // MOONCAKE_BLOCK_TOKENS)) for p in prompts]
         else:
             blocks = [()] * n
-        calls = [CallPlan(p, o, b) for p, o, b in zip(prompts, outputs, blocks)]
+        reask = reask_rates.get(task_type, 0.0)
+        calls = [CallPlan(p, o, b, rejected_attempts=_reasks(fail_rng, reask) if reask else 0)
+                 for p, o, b in zip(prompts, outputs, blocks)]
         steps, pos = [], 0
         for name, size in _step_sizes(task_type, n, rng):
             steps.append(StepPlan(name, tuple(calls[pos:pos + size])))
             pos += size
         ttft_ms, e2e_ms = slo.get(task_type, (None, None))
+        fail_at = None
+        if fail_rng.random() < failure_rates.get(task_type, 0.0):
+            fail_at = fail_rng.randrange(len(steps))
         plans.append(TaskPlan(task_id=f"{trace}-{seed}-{int(start)}-{k:07d}", task_type=task_type,
                               tenant=rng.choices(tenants, weights)[0], arrival_s=float(times_a[i]),
                               steps=tuple(steps), priority=priorities.get(task_type, "interactive"), model=model,
-                              slo_ttft_ms=ttft_ms, slo_e2e_ms=e2e_ms))
+                              slo_ttft_ms=ttft_ms, slo_e2e_ms=e2e_ms, fail_at_step=fail_at))
         i += n
         k += 1
     return plans

@@ -31,6 +31,9 @@ from serving.sdk.task import task
 from serving.workloads.prompts import prompt_text
 
 log = logging.getLogger(__name__)
+# error.type of a task whose step result the client rejected (TaskPlan.fail_at_step), e.g. a tool
+# error or an invalid plan: the model calls succeeded, the task did not.
+STEP_REJECTED = "step_rejected"
 
 
 @dataclass
@@ -68,14 +71,21 @@ async def run_task(plan: TaskPlan, client: AsyncInstrumentedOpenAI, policy: Retr
             call = plan.steps[step_index].calls[call_index]
             max_tokens = min(call.output_tokens, call.max_tokens) if call.max_tokens else call.output_tokens
             report.calls += 1
-            try:
-                result = await client.chat(model=plan.model, messages=call_messages(plan, step_index, call_index),
-                                           max_tokens=max_tokens, extra_body={"ignore_eos": True}, retry_policy=policy)
-            except CallFailed as exc:
-                report.failed_calls += 1
-                report.attempts += exc.attempts
-                raise
-            report.attempts += result.attempts
+            attempt = 1
+            while True:
+                try:
+                    result = await client.chat(model=plan.model, messages=call_messages(plan, step_index, call_index),
+                                               max_tokens=max_tokens, extra_body={"ignore_eos": True},
+                                               retry_policy=policy, first_attempt=attempt)
+                except CallFailed as exc:
+                    report.failed_calls += 1
+                    report.attempts += exc.attempts - attempt + 1
+                    raise
+                report.attempts += result.attempts - attempt + 1
+                # The client rejects the first `rejected_attempts` answers (an invalid tool call) and asks again.
+                if result.attempts > call.rejected_attempts or result.attempts >= policy.max_attempts:
+                    break
+                attempt = result.attempts + 1
             report.output_tokens += result.output_tokens
             return result
 
@@ -95,15 +105,23 @@ async def run_task(plan: TaskPlan, client: AsyncInstrumentedOpenAI, policy: Retr
                         first = errors[0]
                         t.fail(f"step_failed:{getattr(first, 'error_type', type(first).__name__)}")
                         return
+                if plan.fail_at_step == si:
+                    t.fail(STEP_REJECTED)
+                    return
             t.succeed()
 
-        if policy.abandon_after_s is None:
-            await steps()
-        else:
-            try:
-                await asyncio.wait_for(steps(), policy.abandon_after_s)
-            except asyncio.TimeoutError:
-                t.abandon("deadline")
+        try:
+            if policy.abandon_after_s is None:
+                await steps()
+            else:
+                try:
+                    await asyncio.wait_for(steps(), policy.abandon_after_s)
+                except asyncio.TimeoutError:
+                    t.abandon("deadline")
+        except asyncio.CancelledError:
+            # run_live was cancelled: the load generator is shutting down, not the user deciding.
+            t.interrupt()
+            raise
     report.tasks += 1
     report.outcomes[t.outcome] += 1
     return t.outcome

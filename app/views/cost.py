@@ -42,10 +42,22 @@ if summary is None or not (summary.get("spend_usd") or 0):
     st.stop()
 
 
+def _comparable_coverage() -> bool:
+    """Deltas only between periods with data for about the same time (hours in which a replica was up,
+    within 10 %): a period with 2 hours of data against a full one compares nothing (issue 17 fault 2)."""
+    now = ui.query("schema.queries.review:coverage", f.start, f.end)["hours_with_data"]
+    before = ui.query("schema.queries.review:coverage", prev_start, f.start)["hours_with_data"]
+    return max(now, before) > 0 and abs(now - before) <= 0.1 * max(now, before)
+
+
+COMPARABLE = _comparable_coverage()
+
+
 def _delta(key: str, render, lower_better: bool = True):
     a = summary.get(key)
-    # No spend before this period means no data there (not a baseline of zero): no delta.
-    if not previous or not (previous.get("spend_usd") or 0):
+    # No spend before this period means no data there (not a baseline of zero): no delta; nor when the
+    # two periods have data for different lengths of time.
+    if not previous or not (previous.get("spend_usd") or 0) or not COMPARABLE:
         return {}
     b = previous.get(key)
     if a is None or b is None or pd.isna(a) or pd.isna(b):
@@ -55,7 +67,9 @@ def _delta(key: str, render, lower_better: bool = True):
 
 
 st.caption(f"{ui.local_time(f.start, '%Y-%m-%d %H:%M')} – {ui.local_time(f.end, '%Y-%m-%d %H:%M')} "
-           f"({ui.tz_label()}); tasks count in the period in which they ended. Deltas vs the period before.")
+           f"({ui.tz_label()}); tasks count in the period in which they ended. "
+           + ("Deltas vs the period before." if COMPARABLE else
+              "No deltas: the period before has data for a different length of time."))
 cols = st.columns(4)
 cols[0].metric("Cost per successful task", fmt.usd(summary.get("cpst_usd")), border=True,
                help="All spend in the period (busy and idle GPUs) / tasks that succeeded in the period.",
@@ -86,14 +100,43 @@ if ratio:
     st.info(f"A successful task costs **{ratio:.1f}x** a request: retries, failed tasks, multi-call workflows and "
             "idle GPUs are what the naive per-request figure hides.", icon=":material/lightbulb:")
 
+def budgets_panel() -> None:
+    """Budgets (fleet.yaml) at the end of the range: spend so far in each budget's day / week, the linear
+    forecast to the period's end, and the budget alerts' verdict (``schema.queries.budgets``)."""
+    status = ui.query("schema.queries.budgets:budget_status", f.end)
+    if not len(status):
+        st.caption("No budgets configured (fleet.yaml `budgets:` per tenant / task type).")
+        return
+    st.subheader(f"Budgets · periods containing {ui.local_time(f.end, '%Y-%m-%d %H:%M')}")
+    table = status.assign(
+        verdict=["over budget" if u >= 1 else "on course to overspend" if b >= 1 else "within"
+                 for u, b in zip(status["used_ratio"], status["burn_ratio"])])
+    for r in table[table["verdict"] != "within"].to_dict("records"):
+        st.warning(f"{fmt.md_escape(r['scope'].replace('_', ' '))} **{fmt.md_escape(r['name'])}**: {r['verdict']} "
+                   f"({fmt.usd(r['spent_usd'])} spent of {fmt.usd(r['budget_usd'])} per {r['period']}, "
+                   f"forecast {fmt.usd(r['projected_usd'])}).", icon=":material/savings:")
+    ui.table(table[["scope", "name", "period", "budget_usd", "spent_usd", "used_ratio", "projected_usd",
+                    "burn_ratio", "verdict"]], key="cost_budgets", filename="budgets.csv", column_config={
+        "budget_usd": st.column_config.NumberColumn("budget (USD)", format="$%.2f"),
+        "spent_usd": st.column_config.NumberColumn("spent so far (USD)", format="$%.2f"),
+        "used_ratio": st.column_config.ProgressColumn("used", min_value=0.0, max_value=1.0, format="percent"),
+        "projected_usd": st.column_config.NumberColumn("forecast at period end (USD)", format="$%.2f"),
+        "burn_ratio": st.column_config.NumberColumn("forecast / budget", format="%.2fx")})
+    st.caption("Spend = cost allocated to the scope's calls (idle GPU time belongs to no tenant or task type). "
+               "The budget_burn alert fires on the same forecast; spend_anomaly compares each tenant's last hour "
+               "with the same hour a week before (Alerts page).")
+
+
 def details() -> None:
     """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
     st.subheader("Where the money went")
-    if any(f.query_filters().values()):
-        st.caption("The sidebar's model / tenant / task-type filters apply to the headline and the breakdowns; the "
-                   "waterfall, the trend and data quality cover the whole fleet (their queries take no filters).")
-    waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
-    steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
+    filtered = any(f.query_filters().values())
+    if filtered:
+        waste = costviews.summary_waste_table(summary)
+        steps = costviews.summary_waterfall(summary, filtered=True)
+    else:
+        waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
+        steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
     left, right = st.columns([3, 2])
     with left:
         fig = go.Figure(go.Waterfall(
@@ -104,7 +147,7 @@ def details() -> None:
             totals={"marker": {"color": "#1f77b4"}},
             hovertemplate="%{x}: %{text}<extra></extra>"))
         fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
-        st.plotly_chart(fig, width="stretch", key="cost_waterfall")
+        st.plotly_chart(fig, width="stretch", key="cost_waterfall", config={"displaylogo": False})
     with right:
         shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
@@ -114,10 +157,20 @@ def details() -> None:
                                                          "categories above, not added to them"),
             "tokens": st.column_config.NumberColumn("tokens", format="%d")})
         partial = waste[waste["category"] == "partial"]
-        if len(partial):
+        if len(partial) and partial.iloc[0]["usd"]:
             p = partial.iloc[0]
-            st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}, "
-                       f"{fmt.count(p.get('tokens'), 'tokens')} — already counted inside the waste categories.")
+            st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}"
+                       + (f", {fmt.count(p.get('tokens'), 'tokens')}" if "tokens" in p else "")
+                       + " — already counted inside the waste categories.")
+    if filtered:
+        fleet = costviews.summary_row(ui.query("schema.queries.cost:period_summary", f.start, f.end, None, {}))
+        st.caption(
+            f"Every figure above is computed under the sidebar's filters. Idle GPU time belongs to no task, "
+            f"tenant or model: this view carries a share of it in proportion to its allocated cost "
+            f"({fmt.usd(summary.get('idle_usd'))}). Fleet-wide, unfiltered: idle "
+            f"{fmt.usd((fleet or {}).get('idle_usd'))} of {fmt.usd((fleet or {}).get('spend_usd'))} spend.")
+
+    budgets_panel()
 
     st.subheader("By task type, tenant and model")
     tabs = st.tabs(["Task type", "Tenant", "Model"])
@@ -132,7 +185,7 @@ def details() -> None:
             ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
                      column_config=costviews.GROUP_COLUMNS)
 
-    st.subheader("Trend")
+    st.subheader("Trend" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
     bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
     trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
     if not len(trend):
@@ -154,7 +207,7 @@ def details() -> None:
             st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
                                                              "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
-    st.subheader("Data quality")
+    st.subheader("Data quality" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
     dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
     if not len(dq):
         ui.empty_state("No replica was up in this range.")

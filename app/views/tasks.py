@@ -6,11 +6,13 @@ rows). Select a row (or open ``?task=<id>``) to see the task's timeline.
 
 from __future__ import annotations
 
+import hashlib
+
 import altair as alt
 import pandas as pd
 import streamlit as st
 
-from app import costviews, filters, fmt, ui
+from app import charts, costviews, filters, fmt, ui
 from schema.store import StoreError
 
 LIMIT = 1000
@@ -60,7 +62,10 @@ view = pd.DataFrame({
 })
 st.caption(f"{fmt.count(len(view))} tasks (newest first, at most {LIMIT:,}); times in {ui.tz_label()}. "
            "Select a row for its timeline.")
-event = ui.table(view, key="tasks_table", filename="tasks.csv", on_select="rerun", selection_mode="single-row",
+# The table's widget key follows the search, so a new search starts without a stale row selection
+# (issue 17 fault 8: a selection is a row POSITION, which pointed at another task once the rows changed).
+table_key = "tasks_table_" + hashlib.sha1(search.encode()).hexdigest()[:8]
+event = ui.table(view, key=table_key, filename="tasks.csv", on_select="rerun", selection_mode="single-row",
                  height=360, column_config={
                      "cost (USD)": st.column_config.NumberColumn(format="$%.5f"),
                      "waste (USD)": st.column_config.NumberColumn(format="$%.5f"),
@@ -68,21 +73,24 @@ event = ui.table(view, key="tasks_table", filename="tasks.csv", on_select="rerun
                      "ended": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
                  })
 
-selected = None
+# The drill-down follows the task id (in the URL), never a row position.
 rows = getattr(getattr(event, "selection", None), "rows", None) or []
-if rows:
-    selected = view.iloc[rows[0]]["task_id"]
-    st.query_params["task"] = selected
-elif st.query_params.get("task"):
-    selected = st.query_params.get("task")
+if rows and rows[0] < len(view):
+    picked = str(view.iloc[rows[0]]["task_id"])
+    if st.query_params.get("task") != picked:
+        st.query_params["task"] = picked
+selected = st.query_params.get("task")
 if not selected:
     st.stop()
 
-st.subheader(f"Task {selected}")
+st.subheader(f"Task {fmt.md_escape(selected)}")
 calls = ui.query("schema.queries.cost:task_calls", selected)
 row = tasks[tasks["task_id"] == selected]
 if len(row):
-    r = row.iloc[0]
+    r = row.iloc[0].to_dict()
+else:  # selected from a link or an earlier search: read its row by id
+    r = ui.query("schema.queries.tasks:task_detail", selected)[0]
+if r:
     cols = st.columns(5)
     cols[0].metric("Outcome", str(r["outcome"]), border=True)
     cols[1].metric("Cost", fmt.usd(r["cost_usd"]), border=True)
@@ -95,12 +103,12 @@ if not len(calls):
     st.stop()
 
 g = ui.to_viewer(calls, ["start_time", "end_time"], naive=True)
-g["lane"] = [f"{s or '(no step)'} · attempt {int(a) if pd.notna(a) else '?'}" for s, a in zip(g["task_step"], g["task_attempt"])]
+g["lane"] = [f"{s or '(no step)'} #{int(a) if pd.notna(a) else '?'}" for s, a in zip(g["task_step"], g["task_attempt"])]
 g["what"] = [("partial stream" if p else (c or "")) for p, c in zip(g["partial"], g["category"])]
 lanes = list(dict.fromkeys(g.sort_values("start_time")["lane"]))
 gantt = (alt.Chart(g).mark_bar(height=16, cornerRadius=2)
-         .encode(x=alt.X("start_time:T", title=f"time ({ui.tz_label()})"), x2="end_time:T",
-                 y=alt.Y("lane:N", sort=lanes, title=None),
+         .encode(x=charts.time_x(g, "start_time", f"time ({ui.tz_label()})"), x2="end_time:T",
+                 y=alt.Y("lane:N", sort=lanes, title="step #attempt", axis=alt.Axis(labelLimit=0)),
                  color=alt.Color("what:N", title="category",
                                  scale=alt.Scale(domain=["useful", "retry_waste", "failed_task_waste", "pending",
                                                          "unattributed", "partial stream"],

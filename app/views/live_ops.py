@@ -12,7 +12,7 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
-from app import charts, filters, fmt, ui
+from app import charts, engine_view, filters, fmt, ui
 from schema.store import StoreError
 
 REFRESH_S = 5
@@ -30,9 +30,31 @@ if status.spans == 0 and status.gauge_points == 0:
     ui.empty_state("Nothing to show yet.", ui.no_spans_hint())
     st.stop()
 
-window_label = st.segmented_control("Tile window (compared with the window before it)", list(WINDOWS),
-                                    default="5 min", key="live_window") or "5 min"
+VIEWS = {"overview": "Overview", "engine": "vLLM engine"}
+top = st.columns([2, 2, 2])
+with top[0]:
+    view_key = st.segmented_control("View", list(VIEWS), format_func=VIEWS.get, key="live_view",
+                                    default=st.query_params.get("view") if st.query_params.get("view") in VIEWS
+                                    else "overview") or "overview"
+with top[1]:
+    window_label = st.segmented_control("Tile window (compared with the window before it)", list(WINDOWS),
+                                        default="5 min", key="live_window") or "5 min"
 window_s = WINDOWS[window_label]
+try:
+    replica_options = ui.query("schema.queries.ops_engine:replicas", f.start, f.end, live=True)
+except StoreError:
+    replica_options = []
+url_replica = st.query_params.get("replica", "")
+with top[2]:
+    choices = [""] + sorted(set(replica_options) | ({url_replica} - {""}))
+    replica = st.selectbox("Replica", choices, index=choices.index(url_replica) if url_replica in choices else 0,
+                           format_func=lambda r: r or "All replicas", key="live_replica",
+                           help="Per-replica charts show only this replica (fleet figures stay fleet-wide).")
+for key, value, default in (("view", view_key, "overview"), ("replica", replica, "")):
+    if value != default and st.query_params.get(key) != value:
+        st.query_params[key] = value
+    elif value == default and key in st.query_params:
+        del st.query_params[key]
 
 # (label, attribute, formatter(value, signed), lower is better?, help). Rates carry their unit in the
 # label so six tiles fit a row.
@@ -81,7 +103,9 @@ def tiles(view: filters.Filters) -> None:
 
 
 def replica_table(view: filters.Filters, bucket_s: int) -> None:
-    st.subheader("Replica health")
+    st.subheader(f"Replica health · last {window_label}")
+    st.caption(f"Figures over the tile window ({window_label} ending {ui.local_time(view.end, '%H:%M')}); "
+               "the TTFT trend column spans the whole range.")
     start = view.end - timedelta(seconds=window_s)
     health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), live=True)
     if not len(health):
@@ -123,12 +147,13 @@ def replica_table(view: filters.Filters, bucket_s: int) -> None:
     ui.table(table, key="live_replicas", filename="replica_health.csv", column_config=config)
     flagged = health[health["degraded"]]
     for _, r in flagged.iterrows():
-        st.warning(f"Replica **{r['replica']}** ({r['gpu_type'] or 'unknown GPU'}) looks degraded: {r['reason']}.",
+        st.warning(f"**{fmt.md_escape(r['replica'])}** ({fmt.md_escape(r['gpu_type'] or 'unknown GPU')}) looks "
+                   f"degraded: {fmt.md_escape(r['reason'])}.",
                    icon=":material/warning:")
 
 
-def time_series(view: filters.Filters, bucket_s: int) -> None:
-    st.subheader("Latency and load over time")
+def time_series(view: filters.Filters, bucket_s: int, notes) -> None:
+    st.subheader(f"Latency and load over time · whole range ({filters.PRESETS.get(view.preset, ('custom',))[0].lower()})")
     st.caption(f"Quantiles over the requests of each {fmt.seconds(bucket_s) if bucket_s < 60 else f'{bucket_s // 60} min'} "
                f"bucket (never lifetime averages); times in {ui.tz_label()}.")
     series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
@@ -140,41 +165,68 @@ def time_series(view: filters.Filters, bucket_s: int) -> None:
         return
     fleet = ui.to_viewer(series[series["replica"] == ""], ["bucket"], naive=True)
     per_replica = ui.to_viewer(series[series["replica"] != ""], ["bucket"], naive=True)
+    if replica:
+        per_replica = per_replica[per_replica["replica"] == replica]
     for col in ("ttft_p50_s", "ttft_p95_s", "ttft_p99_s", "itl_p95_s", "e2e_p95_s"):
         fleet[col.replace("_s", "_ms")] = pd.to_numeric(fleet[col], errors="coerce") * 1000
         per_replica[col.replace("_s", "_ms")] = pd.to_numeric(per_replica[col], errors="coerce") * 1000
     fleet["error_pct"] = pd.to_numeric(fleet["error_rate"], errors="coerce") * 100
     left, right = st.columns(2)
     with left:
-        st.markdown("**TTFT quantiles (ms)**")
-        st.altair_chart(charts.lines(fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95",
-                                                       "ttft_p99_ms": "p99"}, "ms"), width="stretch")
+        st.markdown("**TTFT quantiles (ms)** · drag across the chart to zoom into that time range")
+        zoom_chart(charts.lines(fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"},
+                                "ms"), notes)
         st.markdown("**ITL p95 by replica (ms)**")
-        st.altair_chart(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"), width="stretch")
+        st.altair_chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"),
+                                                notes), width="stretch")
         st.markdown("**Throughput (requests/s)**")
-        st.altair_chart(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"}, "req/s"), width="stretch")
+        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"},
+                                                             "req/s"), notes), width="stretch")
     with right:
         st.markdown("**TTFT p95 by replica (ms)**")
-        st.altair_chart(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"), width="stretch")
+        st.altair_chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"),
+                                                notes), width="stretch")
         st.markdown("**End-to-end latency p95 (s)**")
-        st.altair_chart(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), width="stretch")
+        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), notes),
+                        width="stretch")
         st.markdown("**Errors (% of engine requests: error or abort)**")
-        st.altair_chart(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), width="stretch")
+        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), notes),
+                        width="stretch")
     if len(gauges):
         g = ui.to_viewer(gauges, ["bucket"], naive=True)
         left, right = st.columns(2)
         with left:
             st.markdown("**Queue and batch (requests, summed over replicas)**")
-            st.altair_chart(charts.lines(g, "bucket", {"waiting": "waiting", "running": "running"}, "requests"),
-                            width="stretch")
+            st.altair_chart(charts.with_annotations(charts.lines(g, "bucket", {"waiting": "waiting",
+                                                                                "running": "running"}, "requests"),
+                                                    notes), width="stretch")
         with right:
             st.markdown("**KV-cache use (mean over replicas)**")
             g["kv_pct"] = g["kv_usage"] * 100
-            st.altair_chart(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), width="stretch")
+            st.altair_chart(charts.with_annotations(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), notes),
+                            width="stretch")
+
+
+def zoom_chart(chart, notes) -> None:
+    """Draw ``chart`` with an x-interval selection: selecting a time span switches the page (and the URL)
+    to that custom range, as zooming a Grafana panel does."""
+    import altair as alt
+
+    brush = alt.selection_interval(encodings=["x"], name="zoom")
+    layered = charts.with_annotations(chart.add_params(brush), notes)
+    if not isinstance(layered, alt.LayerChart):  # same spec shape with and without annotations
+        layered = alt.layer(layered)
+    event = st.altair_chart(layered, width="stretch", on_select="rerun", selection_mode="zoom", key="live_zoom")
+    span = (getattr(event, "selection", None) or {}).get("zoom") or {}
+    values = next(iter(span.values()), None) if isinstance(span, dict) else None
+    if values and len(values) == 2:
+        start, end = (ui.from_viewer(v) for v in values)
+        if end > start:
+            filters.zoom_to(start, end)
 
 
 def finish_reasons(view: filters.Filters) -> None:
-    st.subheader("Finish reasons")
+    st.subheader(f"Finish reasons · last {window_label}")
     start = view.end - timedelta(seconds=window_s)
     df = ui.query("schema.queries.ops:finish_reasons", start, view.end, view.query_filters(), live=True)
     if not len(df):
@@ -193,10 +245,18 @@ def live_panel() -> None:
     view = f.refreshed()
     bucket_s = charts.series_bucket(view.seconds)
     try:
+        notes = ui.to_viewer(ui.query("schema.queries.ops_engine:alert_annotations", view.start, view.end, live=True),
+                             ["start", "end"], naive=True)
         tiles(view)
-        replica_table(view, bucket_s)
-        time_series(view, bucket_s)
-        finish_reasons(view)
+        if view_key == "engine":
+            engine_view.render(view, bucket_s, replica, notes)
+        else:
+            replica_table(view, bucket_s)
+            time_series(view, bucket_s, notes)
+            finish_reasons(view)
+        if len(notes):
+            st.caption(f"Red bands on the charts: {len(notes)} alert(s) firing in this range "
+                       f"({', '.join(sorted(set(fmt.md_escape(x) for x in notes['label'])))[:300]}).")
     except StoreError as exc:
         ui.store_error(exc)
     if f.live:

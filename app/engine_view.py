@@ -1,0 +1,137 @@
+"""The live page's "vLLM engine" view: what an operator used to vLLM's Grafana board looks for.
+
+Per-replica running / waiting / KV-cache use, prompt vs generation tokens/s, preemptions, prefix-cache
+hit rate, TTFT / ITL / e2e heatmaps from vLLM's histograms, queue / prefill / decode time
+distributions and scrape health per target; every chart carries the alert annotations of its range.
+Every figure comes from ``schema.queries.ops_engine`` (definitions there). Only the selected view's
+queries run (the overview's stay unread while this one is open).
+"""
+
+from __future__ import annotations
+
+import math
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from app import charts, fmt, ui
+
+
+def _replica_rows(df: pd.DataFrame, replica: str) -> pd.DataFrame:
+    return df[df["replica"] == replica] if replica and "replica" in df.columns else df
+
+
+def _per_replica(df, x, y, title, unit, annotations, height=200):
+    data = df.dropna(subset=[y])
+    if not len(data):
+        st.caption(f"{title}: no data in this range.")
+        return
+    st.markdown(f"**{title}**")
+    st.altair_chart(charts.with_annotations(charts.by_group(data, x, y, "replica", unit, height=height), annotations),
+                    width="stretch")
+
+
+def heatmap(df: pd.DataFrame, title: str) -> alt.Chart:
+    """Requests per (time bucket, histogram bucket): x = time, y = upper bound (seconds), colour = requests."""
+    d = df[df["requests"] > 0].copy()
+    d["le_label"] = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in d["le"]]
+    order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
+    return (alt.Chart(d).mark_rect()
+            .encode(x=charts.time_x(d, "bucket"),
+                    y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{title} bucket"),
+                    color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title="requests",
+                                    legend=charts.LEGEND_QUANT),
+                    tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), "le_label:O", "requests:Q"])
+            .properties(height=260))
+
+
+def distribution(df: pd.DataFrame) -> alt.Chart:
+    d = df[df["requests"] > 0].copy()
+    d["le_label"] = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in d["le"]]
+    order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
+    return (alt.Chart(d).mark_bar()
+            .encode(x=alt.X("le_label:O", sort=order, title="time (upper bound of vLLM's bucket)"),
+                    y=alt.Y("requests:Q", title="requests"), color=alt.Color("phase:N", legend=charts.LEGEND),
+                    xOffset="phase:N", tooltip=["phase:N", "le_label:O", "requests:Q"])
+            .properties(height=240))
+
+
+def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None:
+    """Draw the engine view for ``view`` (filters; live ranges refreshed by the caller)."""
+    from schema.queries.ops_engine import HEATMAPS, PHASES
+
+    filters = view.query_filters()
+    st.subheader(f"vLLM engine · whole range ({ui.range_label(view)})")
+    st.caption(f"From the replicas' scraped /metrics (vLLM's own counters, gauges and histograms), "
+               f"{charts.bucket_text(bucket_s)} buckets; times in {ui.tz_label()}."
+               + (f" Replica {replica} only." if replica else ""))
+    gauges = _replica_rows(ui.query("schema.queries.ops_engine:gauge_replica_series", view.start, view.end,
+                                    bucket_s, filters, live=True), replica)
+    gauges = ui.to_viewer(gauges, ["bucket"], naive=True)
+    left, right = st.columns(2)
+    with left:
+        _per_replica(gauges, "bucket", "running", "Running requests by replica", "requests", annotations)
+        _per_replica(gauges, "bucket", "waiting", "Waiting requests by replica", "requests", annotations)
+    with right:
+        gauges["kv_pct"] = pd.to_numeric(gauges["kv_usage"], errors="coerce") * 100
+        _per_replica(gauges, "bucket", "kv_pct", "KV-cache use by replica (%)", "%", annotations)
+    counters = _replica_rows(ui.query("schema.queries.ops_engine:engine_counters", view.start, view.end, bucket_s,
+                                      filters, live=True), replica)
+    counters = ui.to_viewer(counters, ["bucket"], naive=True)
+    if len(counters):
+        fleet = counters.groupby("bucket", as_index=False)[
+            ["prompt_tokens_per_s", "generation_tokens_per_s", "preemptions", "prefix_cache_hits",
+             "prefix_cache_queries"]].sum()
+        fleet["hit_pct"] = fleet["prefix_cache_hits"] / fleet["prefix_cache_queries"].where(
+            fleet["prefix_cache_queries"] > 0) * 100
+        with right:
+            st.markdown("**Prompt vs generation tokens/s**")
+            st.altair_chart(charts.with_annotations(charts.lines(
+                fleet, "bucket", {"prompt_tokens_per_s": "prompt (prefill)", "generation_tokens_per_s": "generation"},
+                "tokens/s"), annotations), width="stretch")
+        left, right = st.columns(2)
+        with left:
+            st.markdown("**Prefix-cache hit rate (% of queried prompt tokens)**")
+            st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
+                                                    annotations), width="stretch")
+        with right:
+            st.markdown(f"**Preemptions per {charts.bucket_text(bucket_s)}**")
+            st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
+                                                                 "preemptions"), annotations), width="stretch")
+    else:
+        st.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
+
+    st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
+    hist = ui.query("schema.queries.ops_engine:latency_histograms", view.start, view.end, bucket_s, replica, filters,
+                    live=True)
+    cols = st.columns(len(HEATMAPS))
+    for col, (metric, label) in zip(cols, HEATMAPS.items()):
+        with col:
+            df = hist[hist["metric"] == metric]
+            if not len(df):
+                st.caption(f"{label}: no histogram samples in this range.")
+                continue
+            st.caption(label)
+            st.altair_chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
+
+    st.markdown("**Queue, prefill and decode time** (distribution over the range)")
+    phases = hist[hist["metric"].isin(list(PHASES))]
+    if len(phases):
+        dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
+        st.altair_chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
+    else:
+        st.caption("No queue / prefill / decode histograms in this range.")
+
+    st.markdown("**Scrape health per target**")
+    health = ui.query("schema.queries.ops_engine:scrape_health", view.start, view.end, live=True)
+    if not len(health):
+        st.caption("No scrape recorded in this range (the /metrics scraper writes an `up` gauge per scrape).")
+    else:
+        shown = ui.to_viewer(health, ["last_scrape", "last_ok"])
+        ui.table(shown[["replica", "scrapes", "failed", "success_ratio", "last_scrape", "last_ok"]],
+                 key="engine_scrapes", filename="scrape_health.csv", column_config={
+                     "success_ratio": st.column_config.ProgressColumn("up", min_value=0.0, max_value=1.0,
+                                                                      format="percent"),
+                     "last_scrape": st.column_config.DatetimeColumn("last scrape", format="HH:mm:ss"),
+                     "last_ok": st.column_config.DatetimeColumn("last successful", format="HH:mm:ss")})

@@ -1,0 +1,145 @@
+"""Page load times of the dashboard in headless Chromium: every page at 1 h and 7 days, p50 / p95.
+
+"Loaded" = the page's title is drawn, Streamlit shows no running script, skeleton or spinner for one
+second, and every chart on the page has drawn its canvas/SVG. Issue 17's goal: every page <= 1.5 s
+p95 on the 7-day demo store on 2 cores. Baseline, measured in the same run: the live page over a
+range with no data (Streamlit, the router and the sidebar; no figures).
+
+    # against a running demo (infercost demo --backfill-days 7 --port 18501):
+    .venv/bin/python benchmarks/bench_pages.py --url http://127.0.0.1:18501 --reps 5
+    # or serve a (stopped) demo's data dir with `infercost dashboard` on a free port:
+    .venv/bin/python benchmarks/bench_pages.py --data-dir .infercost --reps 5
+
+Each page is opened ``--reps`` times after one warm-up load (Streamlit's query caches then hold the
+results: the p95 is the viewer who opens a page someone opened within the cache TTL; ``--cold``
+clears them first: each load then runs every query).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+PAGES = {"live": "", "cost": "cost", "triangle": "triangle", "tasks": "tasks", "alerts": "alerts",
+         "review": "weekly_review", "live_engine": "?view=engine"}
+BUSY = ('[data-testid="stStatusWidget"], [data-testid="stSkeleton"], [data-testid="stAppSkeleton"], '
+        '[data-testid="stSpinner"]')
+GOAL_S = 1.5
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def load(page, url: str, timeout_s: float = 120.0) -> float:
+    """Seconds from navigation to "all panels drawn" (see module doc)."""
+    started = time.monotonic()
+    page.goto(url, wait_until="domcontentloaded")
+    page.wait_for_selector("h1", timeout=timeout_s * 1000)
+    quiet_since, deadline = None, started + timeout_s
+    while time.monotonic() < deadline:
+        busy = page.locator(BUSY).count() > 0
+        charts_pending = page.evaluate(
+            "() => [...document.querySelectorAll('[data-testid=\"stVegaLiteChart\"], [data-testid=\"stPlotlyChart\"]')]"
+            ".some(el => el.offsetParent !== null && !el.querySelector('canvas, svg'))")
+        if busy or charts_pending:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= 1.0:
+            return quiet_since - started
+        page.wait_for_timeout(50)
+    raise TimeoutError(f"{url} did not settle within {timeout_s} s")
+
+
+def timed(page, url: str, timeout_s: float) -> float:
+    """:func:`load`, or ``timeout_s`` when the page did not settle (reported as such, the run goes on)."""
+    try:
+        return load(page, url, timeout_s)
+    except TimeoutError:
+        print(f"  timeout: {url}", flush=True)
+        return timeout_s
+
+
+def serve(data_dir: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    env = dict(os.environ, INFERCOST_DATA_DIR=data_dir, NO_PROXY="127.0.0.1,localhost")
+    proc = subprocess.Popen([sys.executable, "-m", "infercost.cli", "dashboard", "--port", str(port)], env=env,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(240):
+        try:
+            if httpx.get(f"{url}/_stcore/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.kill()
+    raise RuntimeError("the dashboard did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--url", help="a running dashboard")
+    ap.add_argument("--data-dir", help="a data dir to serve with `infercost dashboard` (its store must be free)")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--ranges", default="1h,7d")
+    ap.add_argument("--pages", default=",".join(PAGES))
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a load counts as the timeout")
+    args = ap.parse_args()
+    if not args.url and not args.data_dir:
+        ap.error("give --url or --data-dir")
+    proc = None
+    url = args.url
+    if not url:
+        proc, url = serve(args.data_dir)
+    from playwright.sync_api import sync_playwright
+
+    results: dict[str, list[float]] = {}
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS, headless=True)
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            baseline_url = f"{url}/?range=1h&end=2001-01-01T01:00:00Z"
+            timed(page, baseline_url, args.timeout)
+            results["baseline (no data)"] = [timed(page, baseline_url, args.timeout) for _ in range(args.reps)]
+            # Ranges pinned to the minute the run started: a range following the clock refreshes the live
+            # page every 5 s, which would be measured instead of the page (and never settles on a busy machine).
+            end = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime())
+            for rng in args.ranges.split(","):
+                for name in args.pages.split(","):
+                    path = PAGES[name]
+                    sep = "&" if "?" in path else "?"
+                    target = f"{url}/{path}{sep}range={rng}&end={end}"
+                    timed(page, target, args.timeout)  # warm-up
+                    results[f"{name} {rng}"] = [timed(page, target, args.timeout) for _ in range(args.reps)]
+                    print(f"  {name} {rng}: {', '.join(f'{v:.2f}' for v in results[f'{name} {rng}'])} s", flush=True)
+            browser.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+    base = statistics.median(results["baseline (no data)"])
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"\n{'page':<22}{'p50 s':>8}{'p95 s':>8}{'x baseline':>12}  goal {GOAL_S} s p95")
+    for key, values in results.items():
+        values = sorted(values)
+        p95 = values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))]
+        p50 = statistics.median(values)
+        verdict = "" if key.startswith("baseline") else ("ok" if p95 <= GOAL_S else "OVER")
+        print(f"{key:<22}{p50:>8.2f}{p95:>8.2f}{p50 / base:>12.1f}  {verdict}")
+
+
+if __name__ == "__main__":
+    main()

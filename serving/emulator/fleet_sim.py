@@ -48,7 +48,7 @@ from serving.emulator.sim_spans import (CLIENT_SERVICE, GATEWAY_ATTEMPT_SPAN_NAM
                                         GATEWAY_SPAN_NAME, client_attrs, gateway_attempt_attrs, gateway_attrs,
                                         task_context, task_root_attrs)
 from schema.semconv import VLLM_PROCESS_ID
-from serving.emulator.spans import SCOPE_NAME, engine_span_attributes, replica_resource
+from serving.emulator.spans import SCOPE_NAME, engine_span_attributes, replica_resource, sdk_resource
 from serving.emulator.static import StaticEngine
 from serving.plans import RetryPolicy, TaskPlan
 
@@ -151,6 +151,7 @@ class FleetSimulator(ReplicaEvents):
         self.req_no = 0
         self.summary = SimSummary()
         self.reps: list[_Rep] = []
+        self.sdk_res = sdk_resource()
         for i, spec in enumerate(fleet):
             prof = get_profile(spec.profile, **({"noise_sigma": noise_sigma} if noise_sigma else {}))
             r = _Rep()
@@ -189,7 +190,7 @@ class FleetSimulator(ReplicaEvents):
     def new_incarnation(self, rep) -> None:
         """A (re)started replica process: vLLM 0.32 puts its pid in ``vllm.process_id`` (an emulated one here)."""
         rep.res_attrs = {**rep.res_attrs, VLLM_PROCESS_ID: str(self.ids.randrange(1000, 4_000_000))}
-        rep.res_key = self.batcher.resource(rep.res_attrs, SCOPE_NAME)
+        rep.res_key = self.batcher.resource({**self.sdk_res, **rep.res_attrs}, SCOPE_NAME)
 
     def push(self, t: float, fn, arg) -> None:
         self.seq += 1

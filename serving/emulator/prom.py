@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from serving.emulator.stats import (ADMISSION_REASONS, CACHED_SOURCES, COUNTERS, FINISH_REASONS, HELP, HISTOGRAMS,
@@ -131,8 +131,12 @@ def _fmt(b: float) -> str:
 
 
 def make_registry(get_engine, model_name: str, created_wall=None) -> CollectorRegistry:
+    """A replica's registry: the engine's families, then prometheus_client's process, platform and
+    GC collectors, which vLLM's page carries too (they describe this Python process)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(EngineCollector(get_engine, model_name, created_wall=created_wall))
+    for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        reg.register(collector)
     return reg
 
 

@@ -56,6 +56,14 @@ def engine_span_attributes(req, request_id: str, max_model_len: int | None = Non
     return a
 
 
+def sdk_resource() -> dict:
+    """``telemetry.sdk.*`` as the OpenTelemetry SDK puts them on every resource (vLLM's spans have
+    them); the live replicas get them from the SDK itself, the virtual-time simulator from here."""
+    from opentelemetry.sdk.resources import Resource
+
+    return {k: v for k, v in Resource.create({}).attributes.items() if k.startswith("telemetry.sdk.")}
+
+
 def replica_resource(replica_id: str, gpu_type: str, gpu_count: int, model: str, process_id: int | None = None) -> dict:
     """Resource attributes of a replica's ``llm_request`` spans.
 

@@ -163,16 +163,21 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
     "kv_read_per_token_s": 0.0, "points": {...}}``; ``points`` holds the medians fitted.
     """
     run(url, model, [Req(0.0, 16, 4, seed)])  # warm-up (first request pays lazy initialisation)
-    prefill, overhead = {}, []
-    for p in PREFILL_SIZES:
-        ms = [engine_means(url, model, [Req(0.0, p, 2, seed * 1000 + p * 10 + i)]) for i in range(reps)]
-        prefill[p] = statistics.median(m["prefill"] for m in ms)
-        overhead += [m["ttft"] - m["queue"] - m["prefill"] for m in ms]
-    itl = {}
-    for b in DECODE_BATCHES:
-        itl[b] = statistics.median(
-            engine_means(url, model, [Req(0.0, 32, 48, seed * 7919 + b * 100 + i * 17 + j) for j in range(b)])["itl"]
-            for i in range(max(1, reps - 2)))
+    rng = random.Random(seed)
+    # Interleaved (shuffled) experiments: a slow spell of a shared CPU hits every size alike.
+    plan = [("p", p, i) for p in PREFILL_SIZES for i in range(reps)]
+    plan += [("d", b, i) for b in DECODE_BATCHES for i in range(max(1, reps - 2))]
+    rng.shuffle(plan)
+    got: dict[tuple, list] = {}
+    for kind, size, i in plan:
+        if kind == "p":
+            m = engine_means(url, model, [Req(0.0, size, 2, seed * 1000 + size * 10 + i)])
+        else:
+            m = engine_means(url, model, [Req(0.0, 32, 48, seed * 7919 + size * 100 + i * 17 + j) for j in range(size)])
+        got.setdefault((kind, size), []).append(m)
+    prefill = {p: statistics.median(m["prefill"] for m in got[("p", p)]) for p in PREFILL_SIZES}
+    overhead = [m["ttft"] - m["queue"] - m["prefill"] for p in PREFILL_SIZES for m in got[("p", p)]]
+    itl = {b: statistics.median(m["itl"] for m in got[("d", b)]) for b in DECODE_BATCHES}
     _p_icpt, p_slope = _fit(list(prefill), list(prefill.values()))
     d_icpt, d_slope = _fit(list(itl), list(itl.values()))
     return {"base_s": max(d_icpt, 1e-4), "input_overhead_s": max(statistics.median(overhead), 0.0),

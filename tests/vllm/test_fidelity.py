@@ -14,6 +14,7 @@ tests/artifacts/vllm_fidelity.json.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -76,8 +77,11 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     report = {"measured_profile": measured, "real": real, "emulated": emu, "ratio": ratios,
               "emulated_with_committed_profile": committed,
               "committed_ratio": {k: committed["spans"][k] / real["spans"][k] for k in KEYS},
-              "seconds": time.monotonic() - t0}
+              "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(), "cpus": os.cpu_count()}
     (artifacts / "vllm_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
     print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE}
-    assert not off, f"emulated/real outside 1 +- {TOLERANCE}: {off}; figures: {json.dumps(report, default=str)}"
+    # On a host whose run queue is many times its cores, vLLM's steps wait for the scheduler and
+    # neither calibration nor comparison means much: the message says so (the check still fails).
+    assert not off, (f"emulated/real outside 1 +- {TOLERANCE}: {off}; load average {os.getloadavg()} on "
+                     f"{os.cpu_count()} CPUs; figures: {json.dumps(report, default=str)}")

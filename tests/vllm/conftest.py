@@ -150,7 +150,7 @@ class Stack:
             p.force_flush()
         time.sleep(settle_s + VLLM_SPAN_DELAY_MS / 1000)
         self.scraper.scrape_once()
-        assert self.receiver.flush(60)
+        assert self.receiver.flush(180), "the receiver did not store every span within 180 s"
 
     def close(self) -> None:
         for s in self.servers:

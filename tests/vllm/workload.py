@@ -62,17 +62,34 @@ def _run_case(client, provider, model, case, messages, *, stream=True, policy=No
     return seen
 
 
-async def _abort_case(url, provider, model, messages, after_s: float = 1.0) -> Seen:
-    """The client gives up mid-stream: the call's asyncio task is cancelled ``after_s`` after it
-    started (the SDK records ``error.type`` ``cancelled`` and the tokens received; the connection
-    closes, so the gateway and vLLM see a disconnect)."""
+def _generated(vllm_url: str) -> float:
+    """vLLM's vllm:generation_tokens counter (all series)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(vllm_url + "/metrics", timeout=10, trust_env=False).text
+    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "vllm:generation_tokens"
+               for s in f.samples if s.name.endswith("_total"))
+
+
+async def _abort_case(url, vllm_url, provider, model, messages, tokens_first: int = 8) -> Seen:
+    """The client gives up mid-stream: the call's asyncio task is cancelled once vLLM has generated
+    ``tokens_first`` tokens for it (the only request in flight; a busy host delays the first token by
+    seconds, so a fixed delay would not do) plus 0.3 s for them to reach the client. The SDK records
+    ``error.type`` ``cancelled`` and the tokens received; the connection closes, so the gateway and
+    vLLM see a disconnect."""
     client = AsyncInstrumentedOpenAI(url + "/v1", tracer_provider=provider)
     async with task("chat", tenant="acme", slo_e2e_ms=60_000, tracer_provider=provider) as t:
         seen = Seen("abort", t.task_id, f"{t.span.get_span_context().trace_id:032x}", True)
         with t.step("answer"):
+            before = await asyncio.to_thread(_generated, vllm_url)
             call = asyncio.ensure_future(client.chat(model=model, messages=messages, max_tokens=900,
                                                      extra_body={"ignore_eos": True}))
-            await asyncio.sleep(after_s)
+            for _ in range(600):  # at most ~60 s
+                await asyncio.sleep(0.1)
+                if await asyncio.to_thread(_generated, vllm_url) - before >= tokens_first:
+                    break
+            await asyncio.sleep(0.3)
             call.cancel()
             try:
                 await call
@@ -126,7 +143,7 @@ def run_workload(stack) -> list[Seen]:
     out.append(_run_case(client, provider, model, "too_long", user(words(1100, "too-long")), max_tokens=8,
                          policy=one_try))
     # Client abort: the client gives up mid-stream (vLLM exports no span for it).
-    out.append(asyncio.run(_abort_case(url, provider, model, user(words(20, "abort")))))
+    out.append(asyncio.run(_abort_case(url, stack.vllm.url, provider, model, user(words(20, "abort")))))
     # A retried call: a gateway whose first upstream is down answers 502; the client's second attempt
     # goes to the next upstream (round robin), real vLLM.
     from serving.vllm.launch import free_port

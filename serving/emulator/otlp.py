@@ -34,6 +34,10 @@ CUMULATIVE = mpb.AGGREGATION_TEMPORALITY_CUMULATIVE
 
 # Metrics the simulator exports per replica and tick (docs/telemetry.md metric contract).
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+# Counters (name, EngineStats attribute): the modelled ones of the live page (COUNTERS minus the
+# features the emulator does not model) plus generation and cached prompt tokens.
+SIM_COUNTERS = tuple((n, a, h) for n, a, h in COUNTERS if a) + (
+    ("vllm:generation_tokens", "generation_tokens", ""), ("vllm:prompt_tokens_cached", "prompt_tokens_cached", ""))
 SIM_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                   "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds")
 
@@ -75,13 +79,16 @@ class SpanBatcher:
         self.scope_bytes = InstrumentationScope(name=scope).SerializeToString()
         self.by_resource: dict[tuple, list] = {}
         self.resources: dict[tuple, bytes] = {}
+        self.scopes: dict[tuple, bytes] = {}
         self.pending = 0
         self.total = 0
 
-    def resource(self, attrs: dict) -> tuple:
-        key = tuple(sorted((k, str(v)) for k, v in attrs.items()))
+    def resource(self, attrs: dict, scope: str | None = None) -> tuple:
+        """Key of a resource (and the instrumentation scope its spans are sent under)."""
+        key = tuple(sorted((k, str(v)) for k, v in attrs.items())) + ((("\0scope", scope),) if scope else ())
         if key not in self.resources:
             self.resources[key] = Resource(attributes=kvs(attrs)).SerializeToString()
+            self.scopes[key] = InstrumentationScope(name=scope).SerializeToString() if scope else self.scope_bytes
         return key
 
     def add(self, res_key: tuple, span_bytes: bytes) -> None:
@@ -97,7 +104,7 @@ class SpanBatcher:
     def flush(self) -> None:
         if not self.pending:
             return
-        body = b"".join(pbenc.resource_spans(self.resources[key], self.scope_bytes, spans)
+        body = b"".join(pbenc.resource_spans(self.resources[key], self.scopes[key], spans)
                         for key, spans in self.by_resource.items() if spans)
         self.by_resource = {}
         self.pending = 0
@@ -126,7 +133,7 @@ class ReplicaMetrics:
             pt = sm.metrics.add(name=name).gauge.data_points.add()
             pt.attributes.extend(labels)
             self.gauges.append(pt)
-        for name, attr, _help in COUNTERS:
+        for name, attr, _help in SIM_COUNTERS:
             m = sm.metrics.add(name=name)
             m.sum.is_monotonic = True
             m.sum.aggregation_temporality = CUMULATIVE

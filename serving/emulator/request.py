@@ -10,6 +10,19 @@ from __future__ import annotations
 WAITING, PREFILL, DECODE, FINISHED = 0, 1, 2, 3
 
 
+class RequestFamily:
+    """The n engine requests of one client request with ``n`` > 1 (vLLM's parallel sampling: a
+    parent request fans out into n child requests, one ``llm_request`` span each). Per-parent
+    statistics (``vllm:request_params_n``, ``vllm:request_max_num_generation_tokens``) are observed
+    when the last child finishes."""
+
+    __slots__ = ("n", "left", "max_out")
+
+    def __init__(self, n: int):
+        self.n = self.left = int(n)
+        self.max_out = 0
+
+
 class EngineRequest:
     """One request inside the engine.
 
@@ -25,7 +38,7 @@ class EngineRequest:
         "meta", "state", "scheduled", "first_token", "last_token", "finished", "finish_reason", "out",
         "computed", "target_len", "own_blocks", "shared_blocks", "seg_refs", "next_seg", "looked_up",
         "hit_tokens", "queued", "a", "s_entry", "out_entry", "q", "r", "ver", "prompt_counted", "preemptions",
-        "params",
+        "params", "family",
     )
 
     def __init__(self, request_id: str, prompt_tokens: int, output_tokens: int, *, max_tokens: int | None = None,
@@ -45,6 +58,7 @@ class EngineRequest:
         self.queued = arrival
         self.meta = meta
         self.params = params or {}
+        self.family = None  # a RequestFamily when this is one of the n choices of one client request
         self.state = WAITING
         self.scheduled = None
         self.first_token = None

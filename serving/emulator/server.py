@@ -12,9 +12,15 @@ Emulator extensions to the request body (ignored by real vLLM; the openai client
 Without them: the prompt is tokenised by a stand-in tokenizer; the output length is
 ``max_tokens`` when ``ignore_eos`` is set, else a deterministic 32..287 tokens from the prompt's hash.
 
-Spans: one ``llm_request`` span per finished or aborted request, parented by the incoming
-``traceparent``, via the OpenTelemetry SDK (BatchSpanProcessor + the given exporter), explicit
-start/end times. Requests lost in a crash get no span, as in vLLM.
+Conformance with vLLM 0.32 (captured from a real server, shared/reference/vllm-0.32-cpu-captured/;
+remaining differences: ``serving/emulator/CONFORMANCE.md``): one ``llm_request`` span per finished
+engine request, parented by the incoming ``traceparent`` (scope ``vllm.tracing.otel``, resource with
+``vllm.process_id``, new on every restart); ``n`` > 1 runs n engine requests (one span each, same
+``gen_ai.request.id`` and parent); a request the client aborts or that a crash loses gets no span.
+``max_tokens`` above the context is a 400, a prompt over the context is a 400, and a prompt +
+``max_tokens`` over the context is answered 200 with the output capped (finish reason ``length``).
+Usage carries ``prompt_tokens_details.cached_tokens`` (the server runs as with
+``--enable-prompt-tokens-details``).
 """
 
 from __future__ import annotations
@@ -33,23 +39,28 @@ from starlette.routing import Route
 
 from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
-from serving.emulator.openai_api import (_WORDS, CRASH_MESSAGE, REJECT_MESSAGE, error_body, error_response,
-                                         output_tokens, parse_prompt, sse_chunk, usage)
+from serving.emulator.openai_api import (CRASH_MESSAGE, context_error, error_body, error_response, output_tokens,
+                                         parse_prompt, request_n)
 from serving.emulator.profiles import Profile
 from serving.emulator.prom import exposition, make_registry
-from serving.emulator.spans import engine_span_attributes, replica_resource
+from serving.emulator.request import RequestFamily
+from serving.emulator.responses import stream_response, unary_response
+from serving.emulator.spans import SCOPE_NAME, engine_span_attributes, replica_resource
 from serving.emulator.static import StaticEngine
 
 HEALTHY = {"slowdown": 1.0, "kv_cut": 0.0, "error_rate": 0.0}  # what a fault kind returns to when it ends
 
 class _Handle:
-    """A request's bridge between the engine loop and its HTTP response."""
+    """A client request's bridge between the engine loop and its HTTP response: its ``n`` engine
+    requests (``reqs``, one per choice), ``done`` once all finished."""
 
-    __slots__ = ("req", "event", "crashed", "done", "otel_ctx", "request_id")
+    __slots__ = ("reqs", "left", "event", "crashed", "done", "otel_ctx", "request_id", "span_id")
 
-    def __init__(self, req, request_id, otel_ctx):
-        self.req = req
+    def __init__(self, reqs, request_id, otel_ctx, span_id):
+        self.reqs = reqs
+        self.left = len(reqs)
         self.request_id = request_id
+        self.span_id = span_id  # gen_ai.request.id on the spans (completions: "<id>-0", as vLLM)
         self.event = asyncio.Event()
         self.crashed = False
         self.done = False
@@ -78,7 +89,8 @@ class ReplicaServer:
         self.rng = random.Random(seed)
         self.t0_mono = time.monotonic()
         self.t0_wall_ns = time.time_ns()
-        self.registry = make_registry(lambda: self.engine, self.model)
+        self.registry = make_registry(lambda: self.engine, self.model,
+                                      created_wall=lambda eng: self.wall_ns(eng.stats.start_time) / 1e9)
         self.handles: dict[str, _Handle] = {}
         self._aborts: list[str] = []
         self._wake: asyncio.Event | None = None
@@ -88,6 +100,8 @@ class ReplicaServer:
         self.started = time.time()
         self.tracer_provider = None
         self.tracer = None
+        self._span_processor = None
+        self.process_id = None
         if span_exporter is not None:
             self._init_tracing(span_exporter)
         for kind, value in (faults or {}).items():
@@ -99,16 +113,21 @@ class ReplicaServer:
             return StaticEngine(self.profile, seed=self.seed, start_time=now)
         return Engine(self.profile, seed=self.seed, start_time=now, prefix_caching=self._prefix)
 
-    def _init_tracing(self, exporter):
+    def _init_tracing(self, exporter=None):
+        """A tracer whose resource names this replica incarnation: a fresh ``vllm.process_id`` (an
+        emulated pid) at start and on every restart; one batch processor shared by all of them."""
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+        if self._span_processor is None:
+            self._span_processor = BatchSpanProcessor(exporter, schedule_delay_millis=200)
+        self.process_id = self.rng.randrange(1000, 4_000_000)
         res = Resource.create(replica_resource(self.replica_id, self.profile.gpu_type, self.profile.gpu_count,
-                                               self.model))
+                                               self.model, self.process_id))
         self.tracer_provider = TracerProvider(resource=res)
-        self.tracer_provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=200))
-        self.tracer = self.tracer_provider.get_tracer("vllm.tracing")
+        self.tracer_provider.add_span_processor(self._span_processor)
+        self.tracer = self.tracer_provider.get_tracer(SCOPE_NAME)
 
     def clock(self) -> float:
         """Engine clock: seconds since the server started (monotonic)."""
@@ -190,8 +209,10 @@ class ReplicaServer:
         self.faults.down = True
         for req in lost:
             h = self.handles.pop(req.request_id, None)
-            if h:
+            if h and not h.crashed:
                 h.crashed = True
+                for other in h.reqs:
+                    self.handles.pop(other.request_id, None)
                 h.event.set()
         if restart_after_s is not None:
             loop = asyncio.get_event_loop()
@@ -206,6 +227,8 @@ class ReplicaServer:
         eng.slowdown, eng.kv_cut = self.faults.slowdown, self.faults.kv_cut
         self.engine = eng
         self.faults.down = False
+        if self._span_processor is not None:
+            self._init_tracing()
         if self._wake is not None:
             self._wake.set()
 
@@ -251,8 +274,11 @@ class ReplicaServer:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if eng.now < self.clock() and eng.pending is None:
-                eng.now = self.clock()  # the engine was idle-waiting; steps start now
+            if eng.now < self.clock() and eng.pending is None and not eng.running:
+                # the engine was idle-waiting: steps start now. While requests run, steps follow
+                # each other in model time (a late wake-up of a busy host's event loop is not a
+                # slower engine step; the next step's sleep is shortened instead).
+                eng.now = self.clock()
             end = eng.plan(max_steps=1)
             if end is None:
                 self._wake.clear()
@@ -280,9 +306,12 @@ class ReplicaServer:
 
     def _complete(self, req):
         h = self.handles.pop(req.request_id, None)
-        self._export_span(req, h)
+        if req.finish_reason != "abort":  # vLLM exports no span for a request the client aborted
+            self._export_span(req, h)
         if h:
-            h.done = True
+            h.left -= 1
+            if h.left == 0:
+                h.done = True
             h.event.set()
 
     def _export_span(self, req, h):
@@ -290,9 +319,9 @@ class ReplicaServer:
             return
         from opentelemetry.trace import SpanKind
 
+        attrs = engine_span_attributes(req, h.span_id if h else req.request_id, self.profile.max_model_len)
         span = self.tracer.start_span("llm_request", context=h.otel_ctx if h else None, kind=SpanKind.SERVER,
-                                      start_time=self.wall_ns(req.arrival),
-                                      attributes=engine_span_attributes(req, req.request_id))
+                                      start_time=self.wall_ns(req.arrival), attributes=attrs)
         span.end(end_time=self.wall_ns(req.finished))
 
     # ------------------------------------------------------------------ HTTP
@@ -332,13 +361,17 @@ class ReplicaServer:
         try:
             tokens, segments = parse_prompt(body, chat, self.profile.block_size)
             out_tokens = output_tokens(body, request.headers.get("x-emulator-output-tokens"), tokens)
+            n = request_n(body)
         except ValueError as exc:
             return error_response(str(exc), 400, headers=headers)
-        if len(tokens) + (body.get("max_tokens") or 0) > self.profile.max_model_len:
-            return error_response(
-                f"This model's maximum context length is {self.profile.max_model_len} tokens. However, you "
-                f"requested {len(tokens) + (body.get('max_tokens') or 0)} tokens. Please reduce the length.",
-                400, headers=headers)
+        requested = body.get("max_tokens", body.get("max_completion_tokens") if chat else None)
+        problem = context_error(len(tokens), requested, self.profile.max_model_len)
+        if problem:
+            return error_response(problem[0], 400, headers=headers, param=problem[1])
+        # vLLM caps the output at the context: prompt + max_tokens over it is answered, capped.
+        max_tokens = self.profile.max_model_len - len(tokens)
+        if requested is not None:
+            max_tokens = min(int(requested), max_tokens)
         if self.faults.down:
             return error_response(CRASH_MESSAGE, 500, headers=headers)
         for status, p in self.faults.error_rates.items():
@@ -347,110 +380,48 @@ class ReplicaServer:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         otel_ctx = TraceContextTextMapPropagator().extract(dict(request.headers)) if self.tracer else None
-        params = {k: body.get(k) for k in ("max_tokens", "temperature", "top_p", "n") if body.get(k) is not None}
-        if chat and body.get("max_completion_tokens") is not None and "max_tokens" not in params:
-            params["max_tokens"] = body["max_completion_tokens"]
-        req = EngineRequest(request_id, len(tokens), out_tokens, max_tokens=params.get("max_tokens"),
-                            segments=segments, arrival=arrival, params=params)
-        h = _Handle(req, request_id, otel_ctx)
-        self.handles[request_id] = h
+        params = {k: body.get(k) for k in ("temperature", "top_p") if body.get(k) is not None}
+        params["max_tokens"] = max_tokens
+        family = RequestFamily(n) if n > 1 else None
+        reqs = []
+        for i in range(n):
+            rid = request_id if n == 1 else f"{i}_{request_id}"  # vLLM's child request ids
+            req = EngineRequest(rid, len(tokens), out_tokens, max_tokens=max_tokens, segments=segments,
+                                arrival=arrival, params=params)
+            req.family = family
+            reqs.append(req)
+        h = _Handle(reqs, request_id, otel_ctx, request_id if chat else request_id + "-0")
+        for req in reqs:
+            self.handles[req.request_id] = h
         await asyncio.sleep(self.profile.input_overhead_s)  # API server + tokenisation + hand-over
         if self.faults.down:
-            self.handles.pop(request_id, None)
+            for req in reqs:
+                self.handles.pop(req.request_id, None)
             return error_response(CRASH_MESSAGE, 500, headers=headers)
         eng = self.engine
         if eng.idle() and eng.pending is None:
             eng.now = max(eng.now, self.clock())
-        eng.add(req, now=max(eng.now, self.clock()))
+        for req in reqs:
+            eng.add(req, now=max(eng.now, self.clock()))
         self._wake.set()
-        stream = bool(body.get("stream"))
-        so = body.get("stream_options") or {}
-        if stream:
-            gen = self._stream(h, chat, model, bool(so.get("include_usage")), bool(so.get("continuous_usage_stats")),
-                               request)
+        if body.get("stream"):
+            so = body.get("stream_options") or {}
+            gen = stream_response(self, h, chat, model, bool(so.get("include_usage")),
+                                  bool(so.get("continuous_usage_stats")))
             return StreamingResponse(gen, media_type="text/event-stream", headers=headers)
-        return await self._unary(h, chat, model, headers, request)
+        return await unary_response(self, h, chat, model, headers, request)
 
     def _abort_soon(self, h: _Handle):
+        """The client went away: abort every choice still running (vLLM aborts on disconnect)."""
         if not h.done and not h.crashed:
-            self._aborts.append(h.request_id)
+            self._aborts.extend(r.request_id for r in h.reqs if r.finish_reason is None)
             self._wake.set()
 
-    def _n_out(self, h) -> int:
-        req = h.req
+    def n_out(self, req) -> int:
+        """Tokens ``req`` generated so far (as of the last committed step)."""
         if req.state == DECODE and self.engine.by_id.get(req.request_id) is req:
             return self.engine.out_tokens(req)
         return req.out
-
-    async def _stream(self, h: _Handle, chat, model, include_usage, continuous, request: Request):
-        created = int(time.time())
-        sent = 0
-        req = h.req
-        try:
-            if chat:
-                yield sse_chunk(h.request_id, chat, model, created, text="", role="assistant",
-                                  usage=usage(req, 0) if continuous else None)
-            while True:
-                await h.event.wait()
-                h.event.clear()
-                if h.crashed or (h.done and req.finish_reason == "error"):
-                    msg = CRASH_MESSAGE if h.crashed else REJECT_MESSAGE
-                    yield "data: " + json.dumps(error_body(msg, 500)) + "\n\n"
-                    yield "data: [DONE]\n\n"
-                    return
-                n = self._n_out(h)
-                done = h.done
-                while sent < n:
-                    sent += 1
-                    last = done and sent == n
-                    yield sse_chunk(h.request_id, chat, model, created, text=_WORDS[sent % len(_WORDS)],
-                                      finish=req.finish_reason if last else None,
-                                      usage=usage(req, sent) if continuous else None)
-                if done:
-                    if sent == 0:  # aborted before any token
-                        yield sse_chunk(h.request_id, chat, model, created, text="", finish=req.finish_reason)
-                    if include_usage:
-                        yield sse_chunk(h.request_id, chat, model, created, usage=usage(req, sent), choices=False)
-                    yield "data: [DONE]\n\n"
-                    return
-        finally:
-            self._abort_soon(h)
-
-    async def _unary(self, h: _Handle, chat, model, headers, request: Request):
-        created = int(time.time())
-        req = h.req
-        waiter = asyncio.ensure_future(self._wait_done(h))
-        try:
-            while not waiter.done():
-                # a client that hangs up aborts the request (vLLM aborts on disconnect)
-                done, _ = await asyncio.wait({waiter}, timeout=0.25)
-                if not done and await request.is_disconnected():
-                    waiter.cancel()
-                    self._abort_soon(h)
-                    return Response(status_code=499)
-        finally:
-            if not waiter.done():
-                waiter.cancel()
-        if h.crashed:
-            return error_response(CRASH_MESSAGE, 500, headers=headers)
-        if req.finish_reason == "error":
-            return error_response(REJECT_MESSAGE, 500, headers=headers)
-        text = "".join(_WORDS[i % len(_WORDS)] for i in range(1, req.out + 1))
-        if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
-                      "logprobs": None, "finish_reason": req.finish_reason, "stop_reason": None}
-            obj = "chat.completion"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
-                      "stop_reason": None}
-            obj = "text_completion"
-        return JSONResponse({"id": h.request_id, "object": obj, "created": created, "model": model,
-                             "choices": [choice], "usage": usage(req, req.out)}, headers=headers)
-
-    async def _wait_done(self, h: _Handle):
-        while not (h.done or h.crashed):
-            await h.event.wait()
-            h.event.clear()
 
 
 __all__ = ["ReplicaServer", "error_body", "CRASH_MESSAGE"]

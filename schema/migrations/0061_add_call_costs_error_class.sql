@@ -4,6 +4,27 @@
 -- A unit's class: its gateway row's, else its client row's, else its engine row's, among the rows
 -- that failed; a gateway attempt cut because the client timed out (the gateway saw a disconnect:
 -- client_cancel) takes 'timeout' from the client attempt above its request (gateway_requests).
+-- A refresh of the chain (0014) replaces a *_live table with one built from the view's old column
+-- list: pause the chain while its tables change (0064 starts it again).
+SYSTEM STOP VIEW cost_copy_call_costs_mv;
+SYSTEM STOP VIEW cost_copy_replica_minutes_mv;
+SYSTEM STOP VIEW cost_copy_tasks_mv;
+SYSTEM STOP VIEW cost_watermark_mv;
+SYSTEM STOP VIEW cost_clock_mv;
+SYSTEM STOP VIEW cost_resolved_calls_mv;
+SYSTEM STOP VIEW cost_call_costs_mv;
+SYSTEM STOP VIEW cost_replica_minutes_mv;
+SYSTEM STOP VIEW cost_tasks_mv;
+SYSTEM CANCEL VIEW cost_copy_call_costs_mv;
+SYSTEM CANCEL VIEW cost_copy_replica_minutes_mv;
+SYSTEM CANCEL VIEW cost_copy_tasks_mv;
+SYSTEM CANCEL VIEW cost_watermark_mv;
+SYSTEM CANCEL VIEW cost_clock_mv;
+SYSTEM CANCEL VIEW cost_resolved_calls_mv;
+SYSTEM CANCEL VIEW cost_call_costs_mv;
+SYSTEM CANCEL VIEW cost_replica_minutes_mv;
+SYSTEM CANCEL VIEW cost_tasks_mv;
+
 ALTER TABLE resolved_calls_live ADD COLUMN IF NOT EXISTS error_class LowCardinality(String) AFTER error_type;
 ALTER TABLE resolved_calls_runs ADD COLUMN IF NOT EXISTS error_class LowCardinality(String) AFTER error_type;
 ALTER TABLE call_costs_history ADD COLUMN IF NOT EXISTS error_class LowCardinality(String)

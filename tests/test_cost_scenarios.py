@@ -384,3 +384,23 @@ def test_mixed_reserved_data_parallel_utilisation_and_unspanned_work(cstore):
     assert waste.loc["down", "usd"] == pytest.approx(0.06, **EXACT)
     assert waste.loc["unspanned", "usd"] == pytest.approx(0.012, **EXACT)
     assert waste.loc[list(cost.CATEGORIES), "usd"].sum() == pytest.approx(0.18, **EXACT)
+
+
+def test_token_gap_is_exact_at_range_edges_and_a_series_first_minute(cstore):
+    # issue 13: the gap read 17.2 % where it was ~0.7 %: a counter series' first minute and the edges of
+    # the window must not drop tokens. Each minute m: a call at m:10-m:50 (prompt 100, output 40), a
+    # scrape at m:55 counting exactly those; the engine (and its series) started at T0.
+    sync(cstore, fleet_yaml())
+    sp = Spans()
+    for m in range(4):
+        sp.call(task_id=None, start=60 * m + 10, end=60 * m + 50, prompt=100, output=40, client=False, gateway=False)
+        scrape(cstore, vllm_metrics_page([{"prompt": 100 * (m + 1), "generation": 40 * (m + 1), "created": unix(0)}]),
+               replica="r1", at_ns=ns(60 * m + 55))
+    sp.flush(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(240))
+    for lo, hi in [(0, 240), (60, 180), (120, 240)]:
+        dq = one(cost.data_quality(cstore, at(lo), at(hi)))
+        assert dq["token_gap"] == 0 and dq["counter_tokens"] == 140 * (hi - lo) // 60, (lo, hi)
+    # a trailing window that starts at minute 2 still knows minute 2's increase (primed by minute 1)
+    jobs.run_jobs(cstore, start=at(120), end=at(240))
+    assert minutes(cstore, "counter_prompt_tokens")["counter_prompt_tokens"].tolist() == [100, 100, 100, 100]

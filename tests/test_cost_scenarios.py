@@ -404,3 +404,31 @@ def test_token_gap_is_exact_at_range_edges_and_a_series_first_minute(cstore):
     # a trailing window that starts at minute 2 still knows minute 2's increase (primed by minute 1)
     jobs.run_jobs(cstore, start=at(120), end=at(240))
     assert minutes(cstore, "counter_prompt_tokens")["counter_prompt_tokens"].tolist() == [100, 100, 100, 100]
+
+
+def test_data_parallel_replica_in_live_ops_alerts_and_review(store):
+    """The same two-engine replica (16 + 16 running, 6 + 2 waiting) as the live-ops tiles, the
+    alert inputs and the weekly review read it: 32 running and 8 waiting, not their mean."""
+    from datetime import timedelta
+
+    from schema.queries import alerts, ops, review
+
+    page = vllm_metrics_page([{"running": 16, "waiting": 6, "kv": 0.5}, {"running": 16, "waiting": 2, "kv": 0.25}])
+    for t in (10, 25, 40):
+        scrape(store, page, replica="r1", at_ns=ns(t))
+    start, end = at(0), at(60)
+    health = one(ops.replica_health(store, start, end))
+    assert (health["running"], health["waiting"]) == (32, 8)
+    assert health["kv_cache_usage"] == pytest.approx(0.375, **EXACT)
+    gauges = one(ops.gauge_series(store, start, end, 60))
+    assert (gauges["running"], gauges["waiting"]) == (32, 8)
+    wide = ops.gauge_series(store, start - timedelta(hours=6), end, 3600)  # the per-minute rollup
+    assert (wide["running"].max(), wide["waiting"].max()) == (32, 8)
+    (saturation,) = alerts.replica_saturation(store, at(59), 60)
+    assert (saturation["running_mean"], saturation["running_max"], saturation["waiting_mean"]) == (32, 32, 8)
+    assert saturation["kv_mean"] == pytest.approx(0.375, **EXACT)
+    queue = alerts.queue_series(store, at(59), 60, 1)
+    assert list(queue.values())[0]["waiting"] == 8
+    occupancy = one(review.batch_occupancy(store, start, end))
+    assert (occupancy["running_mean"], occupancy["running_max"], occupancy["waiting_mean"]) == (32, 32, 8)
+    assert occupancy["running_points"] == 3

@@ -465,8 +465,10 @@ WITH
                c.user_ttft_s, c.user_ttft_source, c.e2e_s, c.call_work, ch.ch_minute AS minute,
                0 AS s_ns, 0 AS e_ns, 0 AS m_ns, 0 AS dur_ns, 0 AS overlap_ns, 0.0 AS share, toUInt8(0) AS first_piece,
                ch.ch_work AS gap_w
-        FROM (SELECT * FROM charges WHERE NOT ch_has_piece) AS ch
-        INNER JOIN calls AS c ON c.call_id = ch.ch_call_id
+        -- the calls stream through, the (few) charges are the hash table
+        FROM calls AS c
+        INNER JOIN (SELECT ch_call_id, ch_minute, ch_work FROM charges WHERE NOT ch_has_piece) AS ch
+            ON ch.ch_call_id = c.call_id
         UNION ALL
         -- unspanned engine work: no call to charge it to
         SELECT concat('unspanned:', g.gm_replica, ':', toString(g.gm_minute)), '', 'unspanned', g.gm_replica, '', '', '', '',

@@ -183,6 +183,10 @@ def quality_problems(dq: pd.DataFrame) -> list[str]:
         if missing:
             out.append(f"{replica}: {missing} calls have no engine span (crashed replica?); costed from gateway/client "
                        "evidence.")
+        if int(r.get("cached_estimated_tokens", 0) or 0):
+            out.append(f"{replica}: {int(r['cached_estimated_tokens'])} cached prompt tokens are estimated from the "
+                       "engine's prefix-cache hit rate (no span counted them; run vLLM with "
+                       "--enable-prompt-tokens-details).")
     return out
 
 

@@ -85,6 +85,8 @@ class Service:
         from schema import jobs
 
         jobs.start(self.store)
+        # minutes whose data arrived after the live window are recomputed in the background
+        self.extra.append(jobs.LateRecompute(self.store, retention_days=self.settings.retention_days).start())
 
     def start_alerts(self, notifiers=None, config=None):
         from alerts.service import AlertService

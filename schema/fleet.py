@@ -34,7 +34,7 @@ import math
 import re
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -99,10 +99,22 @@ class GpuType(_Strict):
 
 
 class Replica(_Strict):
-    """A replica: its GPU type (a key of ``gpu_types``) and GPU count (tensor-parallel size)."""
+    """A replica: its GPU type (a key of ``gpu_types``), GPU count (tensor-parallel size), billing
+    mode and, optionally, its capacity.
+
+    billing: ``on_demand`` (paid for the minutes it is up: a successful scrape or work) or
+    ``reserved`` (paid every minute whether up or not: idle and down time are visible waste).
+    capacity: the work units per minute it sustains (``w_prefill`` x uncached prompt tokens +
+    ``w_decode`` x output tokens at full load); a minute allocates spend x min(1, work / capacity)
+    to its calls and the rest is idle. Omitted: learned by the cost job from the replica's own
+    saturated minutes (median work of minutes in which requests waited for capacity, over 7
+    days, at least 3 of them), else its busiest minute in those 7 days.
+    """
 
     gpu_type: str
     gpu_count: int = Field(default=1, ge=1, le=1024)
+    billing: Literal["on_demand", "reserved"] = "on_demand"
+    capacity: float | None = Field(default=None, gt=0, description="work units per minute; omitted = learned")
 
 
 class Allocation(_Strict):
@@ -252,14 +264,15 @@ def fleet_rows(fleet: Fleet) -> dict[str, tuple[list[str], list[list]]]:
     """The rows :func:`sync_fleet` writes, per table: (column names, rows)."""
     prices = [[gpu, p.valid_from, float(p.usd_per_gpu_hour)]
               for gpu, spec in sorted(fleet.gpu_types.items()) for p in sorted(spec.prices, key=lambda p: p.valid_from)]
-    replicas = [[rid, r.gpu_type, int(r.gpu_count)] for rid, r in sorted(fleet.replicas.items())]
+    replicas = [[rid, r.gpu_type, int(r.gpu_count), r.billing, float(r.capacity or 0)]
+                for rid, r in sorted(fleet.replicas.items())]
     slos = [[task_type, slo.ttft_ms, slo.e2e_ms] for task_type, slo in sorted(fleet.slos.items())]
     settings = [[fleet.allocation.w_prefill, fleet.allocation.w_decode, fleet.abandon_timeout_s,
                  fleet.unknown_replica.gpu_type, fleet.unknown_replica.gpu_count, fleet.jobs.window_s,
                  fleet.jobs.max_call_s, fleet.jobs.task_lookback_s]]
     return {
         "gpu_prices": (["gpu_type", "valid_from", "usd_per_gpu_hour"], prices),
-        "replicas": (["replica", "gpu_type", "gpu_count"], replicas),
+        "replicas": (["replica", "gpu_type", "gpu_count", "billing", "capacity_work"], replicas),
         "task_slos": (["task_type", "ttft_ms", "e2e_ms"], slos),
         "cost_settings": (["w_prefill", "w_decode", "abandon_timeout_s", "default_gpu_type", "default_gpu_count",
                            "job_window_s", "max_call_s", "task_lookback_s"], settings),

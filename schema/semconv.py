@@ -56,11 +56,12 @@ TASK_TYPE = "task.type"
 TASK_OUTCOME = "task.outcome"  # task root span: success | failure | abandoned
 TASK_STEP = "task.step"
 TASK_ATTEMPT = "task.attempt"  # 1 for the first try of a step's call, 2.. for retries
+TASK_CALL = "task.call"  # call index within its step (1..); the attempts of one call share it
 TENANT_ID = "tenant.id"
 TENANT_PRIORITY = "tenant.priority"  # interactive | batch | ...
 SLO_TTFT_MS = "slo.ttft_ms"
 SLO_E2E_MS = "slo.e2e_ms"
-BAGGAGE_KEYS = (TASK_ID, TASK_TYPE, TASK_STEP, TASK_ATTEMPT, TENANT_ID, TENANT_PRIORITY)
+BAGGAGE_KEYS = (TASK_ID, TASK_TYPE, TASK_STEP, TASK_CALL, TASK_ATTEMPT, TENANT_ID, TENANT_PRIORITY)
 
 TASK_OUTCOMES = ("success", "failure", "abandoned")
 TASK_SPAN_NAME_PREFIX = "task "  # task root span: "task {task.type}", kind INTERNAL
@@ -79,7 +80,7 @@ CLIENT_TOKENS_RECEIVED = "gen_ai.client.tokens_received"  # output tokens seen b
 CLIENT_PARTIAL = "gen_ai.client.partial"  # true when a stream broke after tokens arrived
 
 # Finish reasons that mean the call completed normally (anything else with tokens = partial).
-NORMAL_FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "function_call")
+NORMAL_FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "function_call", "repetition")
 
 # Values of llm_calls.call_source
 SOURCE_ENGINE = "engine"

@@ -17,8 +17,9 @@ EXACT = dict(rel=1e-12, abs=1e-12)
 
 
 def _worked_example(store):
-    # One replica, 1 GPU at $3.60/GPU-hour = $0.06/min, up in minutes 0, 1, 2; w_prefill 0.1, w_decode 1.0.
-    sync(store, fleet_yaml(price=3.60, w_prefill=0.1, w_decode=1.0))
+    # One replica, 1 GPU at $3.60/GPU-hour = $0.06/min, up in minutes 0, 1, 2; w_prefill 0.1, w_decode 1.0;
+    # capacity 400 work units per minute: a minute allocates $0.06 x min(1, work / 400), the rest is idle.
+    sync(store, fleet_yaml(price=3.60, w_prefill=0.1, w_decode=1.0, capacity=400))
     metrics_up(store, "r1", [0, 1, 2])
     sp = Spans()
     sp.task("trT1", "T1", 1, 50)
@@ -41,25 +42,26 @@ def test_worked_example_exact(cstore):
     assert calls.loc[b.attempt, "call_source"] == "gateway"
     assert calls.loc[b.attempt, "category"] == "retry_waste"
     assert calls.loc[b.attempt, "partial"] == 1
-    # C: work 0.1 x (500 - 100) + 150 = 190, alone in minute 1 -> $0.06.
+    # Minute 0's work 300 + 100 = 400 = capacity: all of its spend is allocated.
+    # C: work 0.1 x (500 - 100) + 150 = 190, alone in minute 1 -> $0.06 x 190 / 400 = $0.0285.
     assert calls.loc[c.engine, "work"] == pytest.approx(190, **EXACT)
-    assert calls.loc[c.engine, "cost_usd"] == pytest.approx(0.06, **EXACT)
+    assert calls.loc[c.engine, "cost_usd"] == pytest.approx(0.0285, **EXACT)
     assert calls.loc[c.engine, "category"] == "useful"
     t1 = cost.task_calls(cstore, "T1")
     assert one(t1)["cost_usd"] == pytest.approx(0.045, **EXACT)
 
     s = one(cost.period_summary(cstore, at(0), at(180)))
     assert s["spend_usd"] == pytest.approx(0.18, **EXACT)
-    assert s["allocated_usd"] == pytest.approx(0.12, **EXACT)
-    assert s["useful_usd"] == pytest.approx(0.105, **EXACT)
+    assert s["allocated_usd"] == pytest.approx(0.0885, **EXACT)  # minute 0's 0.06 + C's 0.0285
+    assert s["useful_usd"] == pytest.approx(0.0735, **EXACT)  # A 0.045 + C 0.0285
     assert s["retry_waste_usd"] == pytest.approx(0.015, **EXACT)
     assert s["failed_task_waste_usd"] == 0
     assert s["partial_usd"] == pytest.approx(0.015, **EXACT)
     assert s["partial_tokens"] == 50
-    assert s["idle_usd"] == pytest.approx(0.06, **EXACT)
+    assert s["idle_usd"] == pytest.approx(0.0915, **EXACT)  # minute 1's 0.0315 + minute 2's 0.06
     assert s["successful_tasks"] == 2
-    assert s["cpst_usd"] == pytest.approx(0.09, **EXACT)
-    assert s["attributed_cpst_usd"] == pytest.approx(0.06, **EXACT)
+    assert s["cpst_usd"] == pytest.approx(0.09, **EXACT)  # all spend / successes: utilisation does not move it
+    assert s["attributed_cpst_usd"] == pytest.approx(0.04425, **EXACT)
     assert s["requests"] == 3
     assert s["cost_per_request_usd"] == pytest.approx(0.06, **EXACT)
     # tokens: A 1000 + 200, B 500 + 50, C 500 + 150 = 2,400 -> $0.18 / 2400 x 1e6 = $75
@@ -70,15 +72,15 @@ def test_worked_example_exact(cstore):
     assert s["goodput_per_hour"] == pytest.approx(40.0, **EXACT)
 
     waste = cost.waste_breakdown(cstore, at(0), at(180)).set_index("category")
-    assert list(waste.index) == ["useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "idle",
-                                 "partial"]
-    assert waste.loc["idle", "usd"] == pytest.approx(0.06, **EXACT)
-    assert waste.loc[["useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "idle"], "usd"].sum() \
-        == pytest.approx(0.18, **EXACT)
+    assert list(waste.index) == ["useful", "retry_waste", "failed_task_waste", "pending", "unattributed",
+                                 "unspanned", "idle", "partial", "down"]
+    assert waste.loc["idle", "usd"] == pytest.approx(0.0915, **EXACT)
+    assert waste.loc[["useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle"],
+                     "usd"].sum() == pytest.approx(0.18, **EXACT)
 
     tasks = cost.tasks_table(cstore, at(0), at(180)).set_index("task_id")
-    assert tasks.loc["T2", "cost_usd"] == pytest.approx(0.075, **EXACT)
-    assert tasks.loc["T2", "useful_usd"] == pytest.approx(0.06, **EXACT)
+    assert tasks.loc["T2", "cost_usd"] == pytest.approx(0.0435, **EXACT)
+    assert tasks.loc["T2", "useful_usd"] == pytest.approx(0.0285, **EXACT)
     assert tasks.loc["T2", "retry_waste_usd"] == pytest.approx(0.015, **EXACT)
     assert tasks.loc["T2", "partial_usd"] == pytest.approx(0.015, **EXACT)
     assert (tasks.loc["T2", "attempts"], tasks.loc["T2", "calls"], tasks.loc["T2", "partial_tokens"]) == (2, 2, 50)
@@ -86,7 +88,7 @@ def test_worked_example_exact(cstore):
 
     minutes = cstore.query_df("SELECT minute, spend_usd, allocated_usd, idle_usd FROM replica_minutes ORDER BY minute",
                               tag="test").to_dict("records")
-    assert [round(m["idle_usd"], 12) for m in minutes] == [0.0, 0.0, 0.06]
+    assert [round(m["idle_usd"], 12) for m in minutes] == [0.0, 0.0315, 0.06]
 
 
 def test_failed_task_all_waste_and_abandoned_task(cstore):
@@ -270,14 +272,15 @@ def test_late_span_absorbed_by_next_run(cstore):
     sp.call(task_id="T1", step="2", start=125, end=130, prompt=0, output=60, trace="trT1")
     sp.flush(cstore)
     before = one(cost.period_summary(cstore, at(0), at(180)))
-    assert before["idle_usd"] == pytest.approx(0.06, **EXACT)
+    assert before["idle_usd"] == pytest.approx(0.0915, **EXACT)
     jobs.run_jobs(cstore, start=at(0), end=at(180))  # the same window again: idempotent, absorbs it
     after = one(cost.period_summary(cstore, at(0), at(180)))
-    assert after["idle_usd"] == pytest.approx(0.0, **EXACT)
+    # minute 2 now allocates $0.06 x 60 / 400 = $0.009 to the late call
+    assert after["idle_usd"] == pytest.approx(0.0915 - 0.009, **EXACT)
     assert after["requests"] == 4 and after["spend_usd"] == pytest.approx(0.18, **EXACT)
     assert len(cost.tasks_table(cstore, at(0), at(180))) == 2  # re-running never duplicates rows
     t1 = cost.tasks_table(cstore, at(0), at(180)).set_index("task_id").loc["T1"]
-    assert t1["cost_usd"] == pytest.approx(0.105, **EXACT)
+    assert t1["cost_usd"] == pytest.approx(0.045 + 0.009, **EXACT)
 
 
 def test_unknown_replica_priced_at_default_and_flagged(cstore):
@@ -293,23 +296,42 @@ def test_unknown_replica_priced_at_default_and_flagged(cstore):
     assert dq["default_priced_minutes"] == 2 and dq["unpriced_minutes"] == 0
 
 
-def test_reconciliation_counts_tokens_the_spans_missed(cstore):
-    sync(cstore, fleet_yaml())
-    # Engine counters: +1500 prompt, +300 generation between minute 0 and minute 1's scrapes.
-    metrics_up(cstore, "r1", [0, 1, 2], counters={0: (1000, 100), 1: (2500, 400), 2: (2500, 400)})
+@pytest.mark.parametrize("started_long_ago", [False, True], ids=["engine_started_at_T0", "engine_started_a_day_before"])
+def test_reconciliation_counts_tokens_the_spans_missed(cstore, started_long_ago):
+    from datetime import timedelta
+
+    sync(cstore, fleet_yaml())  # $0.06/min, w_prefill 0.1
+    # Engine counters scraped at +45 s of minutes 0, 1, 2: 1000/100, 2500/400, 2500/400 (prompt/generation).
+    metrics_up(cstore, "r1", [0, 1, 2], counters={0: (1000, 100), 1: (2500, 400), 2: (2500, 400)},
+               series_start=at(0) - timedelta(days=1) if started_long_ago else at(0))
     sp = Spans()
+    # one engine request (no gateway): first token at 62.1 s, end 70 s: seen by minute 1's scrape (1:45)
     sp.call(task_id=None, start=62, end=70, prompt=1000, output=200, client=False, gateway=False)
     sp.flush(cstore)
     jobs.run_jobs(cstore, start=at(0), end=at(180))
-    rm = cstore.query_df("SELECT minute, counter_prompt_tokens, counter_generation_tokens, token_gap "
-                         "FROM replica_minutes ORDER BY minute", tag="test")
-    # minute 0 has no earlier point in the 10-minute look-back: no increase known
-    assert rm["token_gap"].isna().tolist() == [True, False, False]
+    rm = cstore.query_df("SELECT minute, counter_prompt_tokens, counter_generation_tokens, counted_tokens, token_gap, "
+                         "gap_work, unspanned_usd, allocated_usd FROM replica_minutes ORDER BY minute", tag="test")
+    # minutes 1 and 2: +1500/+300 and +0/+0; the call explains 1000 + 200 in minute 1
     assert rm["counter_prompt_tokens"].tolist()[1:] == [1500, 0]
-    assert rm["token_gap"].tolist()[1:] == [1500 + 300 - 1200, 0]  # an aborted request's 500 + 100
+    assert rm["token_gap"].tolist()[1:] == [1500 + 300 - 1200, 0]  # e.g. an aborted request's 500 + 100
+    # the 600 unexplained tokens are engine work no call can take: 0.1 x 500 + 100 = 150 work units,
+    # an `unspanned` row sharing minute 1's $0.06 with the call's 0.1 x 1000 + 200 = 300
+    assert rm["gap_work"].tolist()[1:] == pytest.approx([150, 0], **EXACT)
+    assert rm["unspanned_usd"].tolist()[1:] == pytest.approx([0.06 * 150 / 450, 0], **EXACT)
+    waste = cost.waste_breakdown(cstore, at(60), at(180)).set_index("category")
+    assert waste.loc["unspanned", "usd"] == pytest.approx(0.02, **EXACT)
     dq = one(cost.data_quality(cstore, at(0), at(180)))
-    assert dq["token_gap"] == 600 and dq["counter_tokens"] == 1800
-    assert dq["token_gap_ratio"] == pytest.approx(600 / 1800, **EXACT)
+    if started_long_ago:
+        # minute 0's point is the first one seen of a series that started a day ago: its increase is unknown
+        assert pd_isna(rm["token_gap"][0]) and rm["gap_work"][0] == 0
+        assert dq["token_gap"] == 600 and dq["counter_tokens"] == 1800
+        assert dq["token_gap_ratio"] == pytest.approx(600 / 1800, **EXACT)
+    else:
+        # the series started at T0: its first point (1000/100) is all increase, and no span explains it
+        assert rm["token_gap"][0] == 1100 and rm["gap_work"][0] == pytest.approx(200, **EXACT)
+        assert rm["unspanned_usd"][0] == pytest.approx(0.06, **EXACT)
+        assert dq["token_gap"] == 1700 and dq["counter_tokens"] == 2900
+        assert dq["token_gap_ratio"] == pytest.approx(1700 / 2900, **EXACT)
 
 
 def test_gauges_and_latency_quantiles_in_replica_minutes(cstore):

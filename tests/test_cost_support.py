@@ -1,14 +1,17 @@
-"""Builders for cost-engine tests: spans in the shapes of docs/telemetry.md, metric points, fleets.
+"""Builders for cost-engine tests: spans in the shapes their real producers emit, metric points, fleets.
 
-No tests here; ``tests/test_cost*.py`` import these. Spans go straight into ``otel_traces`` (the
-``llm_calls``, ``task_spans`` and ``gateway_requests`` views fill on insert); metric points into
-``otel_metrics_gauge`` / ``otel_metrics_sum`` with the replica in ``service.instance.id``.
+No tests here; ``tests/test_cost*.py`` import these. Spans are built with typed attribute values in
+the shape serving.sdk, serving.gateway and vLLM 0.32 emit them (docs/telemetry.md;
+shared/reference/vllm-0.32-cpu-captured) and stored through the receiver's ingest path
+(``collectors.ingest.ingest_traces``: OTLP protobuf -> otel_traces -> the views); metric points into
+``otel_metrics_gauge`` / ``otel_metrics_sum`` with the replica in ``service.instance.id``
+(``tests/test_cost_scenarios.py`` scrapes vLLM-format pages with the real scraper instead).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -21,21 +24,29 @@ from schema.fleet import parse_fleet, sync_fleet
 T0 = datetime(2026, 1, 5, 10, 0, 0)  # a Monday, UTC; every test time is T0 + seconds
 _ids = itertools.count(1)
 
-SPAN_COLUMNS = ["Timestamp", "TraceId", "SpanId", "ParentSpanId", "SpanName", "SpanKind", "ServiceName",
-                "ResourceAttributes", "SpanAttributes", "Duration", "StatusCode", "StatusMessage"]
-
-
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
 def new_id(prefix: str = "s") -> str:
-    return f"{prefix}{next(_ids):015d}"
+    """A fresh 64-bit span id (16 hex digits); ``prefix`` only varies the sequence."""
+    return f"{next(_ids):016x}"
+
+
+def hex_id(name: str, nbytes: int) -> str:
+    """``name`` as an OTLP id of ``nbytes`` bytes (hex): kept when it already is one, else hashed."""
+    if len(name) == 2 * nbytes and all(ch in "0123456789abcdef" for ch in name):
+        return name
+    return hashlib.md5(name.encode()).hexdigest()[:2 * nbytes]
 
 
 def fleet_yaml(price: float = 3.60, gpu_count: int = 1, w_prefill: float = 0.1, w_decode: float = 1.0,
-               replicas=("r1",), extra: str = "") -> str:
-    reps = "\n".join(f"  {r}: {{gpu_type: H100, gpu_count: {gpu_count}}}" for r in replicas)
+               replicas=("r1",), extra: str = "", capacity: float | None = 1e-9, billing: str = "on_demand") -> str:
+    """A fleet.yaml text. ``capacity`` (work units per minute per replica): the default 1e-9 makes
+    every minute with work allocate all its spend (any work saturates it), so a scenario about
+    another rule keeps its figures independent of utilisation; ``None`` lets the job learn it."""
+    cap = f", capacity: {capacity}" if capacity is not None else ""
+    reps = "\n".join(f"  {r}: {{gpu_type: H100, gpu_count: {gpu_count}, billing: {billing}{cap}}}" for r in replicas)
     return (f"gpu_types:\n  H100:\n    prices:\n      - {{usd_per_gpu_hour: {price}, valid_from: 2025-01-01}}\n"
             f"  A100:\n    prices:\n      - {{usd_per_gpu_hour: 1.8, valid_from: 2025-01-01}}\n"
             f"replicas:\n{reps}\nallocation: {{w_prefill: {w_prefill}, w_decode: {w_decode}}}\n"
@@ -57,17 +68,35 @@ class Call:
     engine: str | None = None
 
 
+_KINDS = {"Internal": 1, "Server": 2, "Client": 3}
+_STATUS = {"Unset": 0, "Ok": 1, "Error": 2}
+
+
+def _any_value(value, out) -> None:
+    if isinstance(value, bool):
+        out.bool_value = value
+    elif isinstance(value, int):
+        out.int_value = value
+    elif isinstance(value, float):
+        out.double_value = value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _any_value(item, out.array_value.values.add())
+    else:
+        out.string_value = str(value)
+
+
 @dataclass
 class Spans:
-    """Collects otel_traces rows; :meth:`flush` inserts them."""
+    """Collects spans (typed attributes, as the producers set them); :meth:`flush` stores them
+    through the receiver's ingest path."""
 
     rows: list = field(default_factory=list)
 
     def span(self, trace, span_id, parent, name, kind, start, end, service, attrs, resource=None, status="Ok"):
-        start_dt, end_dt = at(start), at(end)
-        duration = int(round((end - start) * 1e9))
-        self.rows.append([start_dt, trace, span_id, parent or "", name, kind, service, resource or {},
-                          {k: str(v) for k, v in attrs.items() if v is not None}, duration, status, ""])
+        resource = {sc.SERVICE_NAME: service, **(resource or {})}
+        self.rows.append((hex_id(trace, 16), span_id, parent or "", name, kind, start, end, resource,
+                          {k: v for k, v in attrs.items() if v is not None}, status))
         return span_id
 
     def task(self, trace, task_id, start, end, outcome="success", task_type="chat", tenant="acme",
@@ -81,60 +110,123 @@ class Spans:
     def call(self, *, task_id=None, task_type="chat", tenant="acme", step="1", attempt=1, start=0.0, end=1.0,
              replica="r1", prompt=100, cached=None, output=10, model="llama", client=True, gateway=True,
              engine=True, ok=True, partial=False, streamed=None, ttft=0.1, trace=None, finish="stop",
-             gateway_prompt=True) -> Call:
-        """One client attempt with (optionally) its gateway request + attempt and engine request.
+             gateway_prompt=None, call_index=None, choices=1, client_ttft=None, gateway_ttft=None,
+             engine_outputs=None) -> Call:
+        """One client attempt with (optionally) its gateway request + attempt and engine request(s),
+        each in the shape its real producer emits (docs/telemetry.md):
 
-        ``engine=False`` models a crashed replica (its span never exported): the gateway attempt
-        carries ``gateway.tokens_streamed`` = ``streamed`` and an error.
+        * engine: vLLM 0.32's ``llm_request`` (shared/reference/vllm-0.32-cpu-captured): tokens and
+          latencies only — no model, finish reason or cached count; ``choices`` > 1 = one span per
+          choice (same parent and request id, full prompt each, ``output`` tokens each);
+        * gateway attempt: what serving.gateway records — usage (prompt, cached when the server
+          reports it, output), finish reasons, streamed tokens; on a broken stream the prompt is
+          known when a chunk arrived (``continuous_usage_stats``), i.e. ``streamed`` > 0, unless
+          ``gateway_prompt`` says otherwise;
+        * client attempt: what serving.sdk records.
+
+        ``engine=False`` models a crashed replica or a client abort (vLLM exports no span).
+        ``client_ttft`` / ``gateway_ttft``: the TTFT each of them measured (default ``ttft`` plus the
+        hops); ``engine_outputs``: per-choice output tokens (default ``output`` each).
         """
         trace = trace or new_id("tr")
         ctx = {sc.TASK_ID: task_id, sc.TASK_TYPE: task_type if task_id else None,
                sc.TENANT_ID: tenant if task_id else None, sc.TASK_STEP: step if task_id else None,
-               sc.TASK_ATTEMPT: attempt if task_id else None}
+               sc.TASK_ATTEMPT: attempt if task_id else None, sc.TASK_CALL: call_index if task_id else None}
         ids = Call(trace)
         status = "Ok" if ok else "Error"
-        got = streamed if streamed is not None else output
+        outputs = list(engine_outputs) if engine_outputs is not None else [output] * choices
+        got = streamed if streamed is not None else sum(outputs)
+        client_ttft = ttft + 0.002 if client_ttft is None else client_ttft
+        gateway_ttft = ttft + 0.001 if gateway_ttft is None else gateway_ttft
+        if gateway_prompt is None:
+            gateway_prompt = ok or got > 0
+        finishes = [finish] * len(outputs) if ok else None
+        baggage = {k: str(v) for k, v in ctx.items() if v is not None}  # the gateway reads task.* from baggage
         if client:
             ids.client = self.span(trace, new_id("c"), "", f"chat {model}", "Client", start - 0.002, end + 0.002,
                                    "client", ctx | {
                                        sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_REQUEST_MODEL: model,
                                        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if ok else None,
-                                       sc.GEN_AI_USAGE_OUTPUT_TOKENS: output if ok else None,
+                                       sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached if ok else None,
+                                       sc.GEN_AI_USAGE_OUTPUT_TOKENS: got if ok else None,
+                                       sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes,
+                                       sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: client_ttft if got else None,
                                        sc.CLIENT_TOKENS_RECEIVED: got,
-                                       sc.CLIENT_PARTIAL: "true" if partial else None,
+                                       sc.CLIENT_PARTIAL: "true" if partial else "false",
                                        sc.ERROR_TYPE: None if ok else "stream_broken"}, status=status)
         parent = ids.client
         if gateway:
             ids.request = self.span(trace, new_id("g"), ids.client, "gateway chat", "Server", start - 0.001,
-                                    end + 0.001, "gateway", ctx | {sc.GATEWAY_POLICY: "round_robin",
+                                    end + 0.001, "gateway", baggage | {sc.GATEWAY_POLICY: "round_robin",
                                                                    sc.GATEWAY_REPLICA: replica,
-                                                                   sc.GATEWAY_ADMISSION: "admitted"}, status=status)
+                                                                   sc.GATEWAY_ADMISSION: "admitted",
+                                                                   sc.GATEWAY_RETRIES: 0}, status=status)
             ids.attempt = self.span(trace, new_id("a"), ids.request, "gateway.attempt", "Client", start - 0.0005,
-                                    end + 0.0005, "gateway", ctx | {
+                                    end + 0.0005, "gateway", baggage | {
                                         sc.GATEWAY_ATTEMPT: 1, sc.GATEWAY_REPLICA: replica,
-                                        sc.GEN_AI_REQUEST_MODEL: model,
-                                        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if (ok or gateway_prompt) else None,
+                                        sc.GATEWAY_POLICY: "round_robin", sc.GEN_AI_OPERATION_NAME: "chat",
+                                        sc.GEN_AI_REQUEST_MODEL: model, sc.GATEWAY_UPSTREAM_STATUS: 200,
+                                        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if gateway_prompt else None,
+                                        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached if gateway_prompt else None,
+                                        sc.GEN_AI_USAGE_OUTPUT_TOKENS: got if ok else None,
+                                        sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes,
+                                        sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: gateway_ttft if got else None,
                                         sc.GATEWAY_TOKENS_STREAMED: got,
                                         sc.ERROR_TYPE: None if ok else "stream_broken"}, status=status)
             parent = ids.attempt
         if engine:
-            ids.engine = self.span(trace, new_id("e"), parent, "llm_request", "Server", start, end, "vllm", {
-                sc.GEN_AI_REQUEST_ID: new_id("chatcmpl-"), sc.GEN_AI_USAGE_PROMPT_TOKENS: prompt,
-                sc.GEN_AI_USAGE_COMPLETION_TOKENS: output, sc.GEN_AI_USAGE_CACHED_TOKENS: cached,
-                sc.GEN_AI_LATENCY_TTFT: ttft, sc.GEN_AI_LATENCY_E2E: end - start,
-                sc.GEN_AI_RESPONSE_FINISH_REASONS: json.dumps([finish]), sc.GEN_AI_REQUEST_MODEL: model,
-            }, resource={sc.SERVICE_INSTANCE_ID: replica, sc.GPU_TYPE: "H100", sc.GPU_COUNT: "1"})
+            request_id = new_id("chatcmpl-")
+            for n, choice_output in enumerate(outputs):
+                ids.engine = ids.engine or new_id("e")
+                span_id = ids.engine if n == 0 else new_id("e")
+                self.span(trace, span_id, parent, "llm_request", "Server", start, end, "vllm", {
+                    sc.GEN_AI_LATENCY_TTFT: ttft, sc.GEN_AI_LATENCY_E2E: end - start,
+                    sc.GEN_AI_LATENCY_QUEUE: 0.0001, sc.GEN_AI_USAGE_PROMPT_TOKENS: prompt,
+                    sc.GEN_AI_USAGE_COMPLETION_TOKENS: choice_output,
+                    sc.GEN_AI_LATENCY_PREFILL: ttft, sc.GEN_AI_LATENCY_DECODE: max(end - start - ttft, 0),
+                    sc.GEN_AI_LATENCY_INFERENCE: end - start, sc.GEN_AI_REQUEST_ID: request_id,
+                    sc.GEN_AI_REQUEST_TOP_P: 1.0, sc.GEN_AI_REQUEST_MAX_TOKENS: 4096, sc.GEN_AI_REQUEST_N: len(outputs),
+                }, resource={sc.SERVICE_INSTANCE_ID: replica, sc.GPU_TYPE: "H100", sc.GPU_COUNT: "1",
+                             sc.SERVICE_NAME: "vllm", "vllm.process_id": "26381"})
         return ids
 
     def flush(self, store):
-        if self.rows:
-            store.insert("otel_traces", self.rows, SPAN_COLUMNS, tag="test.spans")
+        """Encode the collected spans as one OTLP ExportTraceServiceRequest (a ResourceSpans per
+        resource) and store it with ``collectors.ingest.ingest_traces``."""
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        from collectors.ingest import ingest_traces
+
+        if not self.rows:
+            return
+        request = ExportTraceServiceRequest()
+        by_resource: dict = {}
+        epoch = datetime(1970, 1, 1)
+        for trace, span_id, parent, name, kind, start, end, resource, attrs, status in self.rows:
+            key = tuple(sorted(resource.items()))
+            if key not in by_resource:
+                rs = request.resource_spans.add()
+                for k, v in key:
+                    _any_value(v, rs.resource.attributes.add(key=k).value)
+                by_resource[key] = rs.scope_spans.add()
+                by_resource[key].scope.name = "tests"
+            sp = by_resource[key].spans.add(
+                trace_id=bytes.fromhex(trace), span_id=bytes.fromhex(span_id),
+                parent_span_id=bytes.fromhex(parent) if parent else b"", name=name, kind=_KINDS[kind],
+                start_time_unix_nano=int(round((at(start) - epoch).total_seconds() * 1e6)) * 1000,
+                end_time_unix_nano=int(round((at(end) - epoch).total_seconds() * 1e6)) * 1000)
+            sp.status.code = _STATUS[status]
+            for k, v in attrs.items():
+                _any_value(v, sp.attributes.add(key=k).value)
+        result = ingest_traces(store, request)
+        assert result.rejected == 0, result.message
         self.rows = []
 
 
-def metrics_up(store, replica: str, minutes, *, waiting=0.0, running=1.0, kv=0.5, counters=None):
+def metrics_up(store, replica: str, minutes, *, waiting=0.0, running=1.0, kv=0.5, counters=None, series_start=None):
     """One scrape per minute (at +30 s) of the three vLLM gauges for ``replica``; ``counters`` =
-    {minute: (prompt_total, generation_total)} adds cumulative vllm:prompt_tokens / generation_tokens."""
+    {minute: (prompt_total, generation_total)} adds cumulative vllm:prompt_tokens / generation_tokens
+    scraped at +45 s, their series started at ``series_start`` (default T0: the engine started then)."""
     gauge_rows, sum_rows = [], []
     resource = {sc.SERVICE_INSTANCE_ID: replica, sc.GPU_TYPE: "H100"}
     for minute in minutes:
@@ -145,7 +237,8 @@ def metrics_up(store, replica: str, minutes, *, waiting=0.0, running=1.0, kv=0.5
     for minute, (prompt_total, generation_total) in (counters or {}).items():
         ts = at(minute * 60 + 45)
         for name, value in (("vllm:prompt_tokens", prompt_total), ("vllm:generation_tokens", generation_total)):
-            sum_rows.append([resource, "vllm", name, {"model_name": "llama"}, T0, ts, float(value), 2, True])
+            sum_rows.append([resource, "vllm", name, {"model_name": "llama"}, series_start or T0, ts, float(value), 2,
+                             True])
     cols = ["ResourceAttributes", "ServiceName", "MetricName", "Attributes", "StartTimeUnix", "TimeUnix", "Value"]
     if gauge_rows:
         store.insert("otel_metrics_gauge", gauge_rows, cols, tag="test.gauges")

@@ -81,7 +81,9 @@ def test_series_finish_reasons_status_and_filter_values(tiny):
     store, w = tiny
     s = ops.latency_series(store, w["start"], w["end"], 60)
     fleet = s[s["replica"] == ""]
-    assert len(fleet) == 1 and fleet.iloc[0]["requests"] == 4 and fleet.iloc[0]["errors"] == 1
+    # errors where the gateway routed: 2 of its 5 attempts failed (the 503 and d), as the tiles say
+    assert len(fleet) == 1 and fleet.iloc[0]["requests"] == 4 and fleet.iloc[0]["errors"] == 2
+    assert fleet.iloc[0]["attempts"] == 5 and fleet.iloc[0]["error_rate"] == pytest.approx(0.4)
     assert fleet.iloc[0]["requests_per_s"] == pytest.approx(4 / 60)
     assert sorted(s[s["replica"] != ""]["replica"]) == ["r1", "r2"]
     fr = ops.finish_reasons(store, w["start"], w["end"])
@@ -124,8 +126,9 @@ def test_wide_ranges_read_the_minute_rollups(tiny):
     s = ops.latency_series(store, a, b, 3600)
     fleet = s[s["replica"] == ""].set_index("bucket")
     ten = fleet.loc[datetime(2026, 11, 2, 10)]
-    # the same counts as the raw rows of the current window; t-digest quantiles on 4 values are exact
-    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"]) == (4, 42, 1)
+    # the same counts as the raw rows of the current window; t-digest quantiles on 4 values are exact;
+    # errors / attempts from the gateway's columns (2 of 5 attempts failed)
+    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"], ten["attempts"]) == (4, 42, 2, 5)
     assert ten["ttft_p95_s"] == pytest.approx(0.8) and ten["itl_p95_s"] == pytest.approx(0.26)
     assert fleet.loc[datetime(2026, 11, 2, 9), "requests"] == 1
     g = ops.gauge_series(store, a, b, 3600).set_index("bucket")
@@ -140,7 +143,7 @@ def test_multi_day_ranges_read_the_hour_rollup(tiny):
     s = ops.latency_series(store, a, b, 3600)
     fleet = s[s["replica"] == ""].set_index("bucket")
     ten = fleet.loc[datetime(2026, 11, 2, 10)]
-    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"]) == (4, 42, 1)
+    assert (ten["requests"], ten["output_tokens_sum"], ten["errors"], ten["attempts"]) == (4, 42, 2, 5)
     assert ten["ttft_p95_s"] == pytest.approx(0.8)
     per = s[s["replica"] != ""]
     assert per.groupby("replica")["requests"].sum().to_dict() == {"r1": 3, "r2": 2}  # r1: 1 at 09:57, 2 at 10:01

@@ -77,8 +77,13 @@ def test_span_contract_of_a_two_step_task():
     for _, s, a in spans["gateway.attempt"]:
         assert ids[s.parent_span_id][0] == "gateway chat" and a["gateway.attempt"] == 1
         assert a["task.id"] == "t1" and a["gateway.upstream.status_code"] == 200
+    # the gateway copies task.step / task.call / task.attempt from the client's baggage (strings):
+    # the search step's two parallel calls are calls 1 and 2 of their step
+    gateway_steps = sorted((a["task.step"], a["task.call"], a["task.attempt"]) for _, _, a in spans["gateway.attempt"])
+    assert gateway_steps == [("answer", "1", "1"), ("search", "1", "1"), ("search", "2", "1")]
     for _, s, a in spans["gateway chat"]:
         assert ids[s.parent_span_id][0].startswith("chat ") and a["gateway.retries"] == 0
+        assert a["task.step"] in ("search", "answer") and a["task.attempt"] == "1"
     steps = Counter()
     for _, s, a in spans["chat meta-llama/Llama-3.1-8B-Instruct"]:
         assert s.parent_span_id == root.span_id and s.kind == 3  # CLIENT

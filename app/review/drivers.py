@@ -104,7 +104,8 @@ def segment_factors(*, cost_this: float, cost_last: float, succ_this: float, suc
 
     * volume: successful tasks.
     * failure rate: shown as failed-or-abandoned share of tasks; factor tasks / successes.
-    * attempts per task: calls (attempts, retries included) per task.
+    * calls per task: units of GPU work per task (client retries and the gateway's hidden retries
+      included; "attempts" means the calls the client sent, shown on the cost page).
     * tokens per call: prompt + output tokens per call.
     * price: USD per GPU-hour (spend-weighted mean of the GPUs the segment used).
     * GPU time per token: GPU-hours of allocated (non-idle) work per 1M tokens = efficiency of
@@ -120,7 +121,7 @@ def segment_factors(*, cost_this: float, cost_last: float, succ_this: float, suc
         Factor("failure rate", "%", ratio(tasks_this, succ_this), ratio(tasks_last, succ_last),
                shown_this=(1 - succ_this / tasks_this) if tasks_this else None,
                shown_last=(1 - succ_last / tasks_last) if tasks_last else None),
-        Factor("attempts per task", "calls/task", ratio(calls_this, tasks_this), ratio(calls_last, tasks_last)),
+        Factor("calls per task", "calls/task", ratio(calls_this, tasks_this), ratio(calls_last, tasks_last)),
         Factor("tokens per call", "tokens/call", ratio(tokens_this, calls_this), ratio(tokens_last, calls_last)),
     ]
     idle_this = 1 / (1 - idle_share_this) if idle_share_this is not None and idle_share_this < 1 else None

@@ -90,7 +90,8 @@ cols[1].metric("Successful tasks", fmt.count(summary.get("successful_tasks")), b
                     f"({fmt.count(summary.get('failed_tasks'))} failed, {fmt.count(summary.get('abandoned_tasks'))} abandoned)",
                **_delta("successful_tasks", lambda v, s=False: fmt.count(v, signed=s), lower_better=False))
 cols[2].metric("Attempts per successful task", fmt.count(summary.get("attempts_per_success")), border=True,
-               help="LLM call attempts (retries included) per successful task.",
+               help="Calls sent per successful task, client retries included (the gateway's hidden retries "
+                    "are not the client's calls: see calls per task in the review).",
                **_delta("attempts_per_success", lambda v, s=False: fmt.count(v, signed=s)))
 cols[3].metric("Goodput (tasks/h)", fmt.rate(summary.get("goodput_per_hour"), "").strip(), border=True,
                help="Successful tasks within their latency SLO, per hour.",
@@ -219,9 +220,15 @@ def details() -> None:
             "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.2f"),
             "span_tokens": st.column_config.NumberColumn("span tokens", format="%d"),
             "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%d"),
+            "late_minutes_recomputed": st.column_config.NumberColumn("minutes recomputed for late data", format="%d"),
+            "cached_estimated_tokens": st.column_config.NumberColumn("cached tokens (estimated)", format="%d"),
+            "unspanned_usd": st.column_config.NumberColumn("unspanned engine work (USD)", format="$%.4f"),
         })
         st.caption("Span tokens come from the calls' spans; counter tokens from vLLM's vllm:prompt_tokens + "
-                   "vllm:generation_tokens counters. A gap is work the spans missed (aborted streams, lost spans).")
+                   "vllm:generation_tokens counters, per scrape. A gap is work the spans missed (aborted streams, "
+                   "lost spans): it is charged to that minute's calls without an engine span, else shown as "
+                   "unspanned engine work. Cached tokens no span counted are estimated from the counters' "
+                   "prefix-cache hit rate. Minutes whose data arrived after the live window are recomputed.")
 
 
 try:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -37,7 +38,7 @@ JOB_ORDER = ("call_costs", "replica_minutes", "tasks")
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
-    "cost_clock_mv", "cost_resolved_calls_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
+    "cost_clock_mv", "cost_resolved_calls_mv", "cost_reconciliation_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
 )
 # A day per statement keeps each embedded call short (chDB serialises calls) and memory bounded.
 DEFAULT_CHUNK = timedelta(days=1)
@@ -114,10 +115,11 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     while chunk_start < end:
         chunk_end = min(chunk_start + chunk, end)
         existing = _history_counts(store, chunk_start, chunk_end)
+        # run_id keys this chunk's scratch rows (resolved_calls_runs, read by call_costs and
+        # replica_minutes); unique per process and chunk
+        params = {"ws": chunk_start, "we": chunk_end, "run_id": time.time_ns()}
         for job in JOB_ORDER:
             began = time.perf_counter()
-            # run_id keys this chunk's scratch rows (resolved_calls_runs); unique per process and chunk
-            params = {"ws": chunk_start, "we": chunk_end, "run_id": time.time_ns()}
             # a lightweight DELETE costs a mutation even on an empty range: skip it when nothing is there
             delete = _statements(f"delete_{job}") if existing.get(job) else []
             for statement in delete + _statements(f"run_{job}"):
@@ -178,3 +180,75 @@ def status(store):
     """The chain's refresh state: DataFrame (view, status, last_success_time, last_refresh_time,
     next_refresh_time, exception) from ``system.view_refreshes``."""
     return store.query_df((JOBS_DIR / "view_refreshes.sql").read_text(), tag="jobs.status")
+
+
+# A late minute is recomputed with the hour after it, so tasks that ended there (and summed it)
+# are rewritten too; later tasks are in the live window, which the periodic chain recomputes.
+LATE_EXTEND = timedelta(hours=1)
+
+
+def recompute_late(store, *, retention_days: int = 30, progress=None) -> list[tuple[datetime, datetime]]:
+    """Recompute the minutes that received data after the live window (``late_minutes``, filled at
+    ingest for spans and metric points older than the watermark) and mark them recomputed.
+
+    Pending minutes newer than ``retention_days`` are grouped into ranges (minutes less than
+    :data:`LATE_EXTEND` apart share one); each range ``[lo, hi]`` is re-run with :func:`run_jobs`
+    over ``[lo, min(hi + 1 min + LATE_EXTEND, watermark))`` — history only: the live window is the
+    periodic chain's. Returns the ranges recomputed (UTC, naive). Data arriving during a recompute
+    stays pending for the next call.
+    """
+    before = datetime.now(timezone.utc).replace(tzinfo=None)
+    oldest = before - timedelta(days=int(retention_days))
+    rows = store.query((JOBS_DIR / "late_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.late").result_rows
+    minutes = [r[0].replace(tzinfo=None) for r in rows]
+    if not minutes:
+        return []
+    mark = watermark(store)
+    ranges: list[list[datetime]] = []
+    for minute in minutes:
+        if ranges and minute - ranges[-1][1] <= LATE_EXTEND:
+            ranges[-1][1] = minute
+        else:
+            ranges.append([minute, minute])
+    done = []
+    for lo, hi in ranges:
+        end = hi + timedelta(minutes=1) + LATE_EXTEND
+        if mark is not None:
+            end = max(min(end, mark), hi + timedelta(minutes=1))
+        run_jobs(store, start=lo, end=end)
+        store.command((JOBS_DIR / "late_done.sql").read_text(), {"lo": lo, "hi": hi, "before": before},
+                      tag="jobs.late_done")
+        if progress:
+            progress(f"recomputed late data {lo.isoformat()} .. {end.isoformat()}")
+        done.append((lo, end))
+    return done
+
+
+class LateRecompute:
+    """Background thread calling :func:`recompute_late` every ``interval_s`` (``infercost up``).
+
+    ``start()`` / ``stop()`` (idempotent, joins the thread). Errors are logged, never raised: the
+    minutes stay pending and the next round retries them.
+    """
+
+    def __init__(self, store, *, interval_s: float = 60.0, retention_days: int = 30):
+        self.store, self.interval_s, self.retention_days = store, interval_s, retention_days
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cost-late-recompute", daemon=True)
+
+    def start(self) -> "LateRecompute":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                for lo, end in recompute_late(self.store, retention_days=self.retention_days):
+                    log.info("recomputed late data %s .. %s", lo, end)
+            except Exception:  # noqa: BLE001 - keep the loop alive; the minutes stay pending
+                log.exception("recomputing late minutes failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)

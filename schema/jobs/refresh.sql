@@ -11,6 +11,8 @@ SYSTEM REFRESH VIEW cost_clock_mv;
 SYSTEM WAIT VIEW cost_clock_mv;
 SYSTEM REFRESH VIEW cost_resolved_calls_mv;
 SYSTEM WAIT VIEW cost_resolved_calls_mv;
+SYSTEM REFRESH VIEW cost_reconciliation_mv;
+SYSTEM WAIT VIEW cost_reconciliation_mv;
 SYSTEM REFRESH VIEW cost_call_costs_mv;
 SYSTEM WAIT VIEW cost_call_costs_mv;
 SYSTEM REFRESH VIEW cost_replica_minutes_mv;

@@ -62,7 +62,7 @@ def replica_latency(store, now: datetime, window_s: int, lookback_s: int = 900) 
 
     Returns one dict per replica: ``replica``, ``gpu_type``, ``requests``, ``ttft_samples``, ``ttft_p50_s``,
     ``itl_samples``, ``itl_p50_s`` (decode_s / (output_tokens - 1), seconds per token), ``errors``
-    (status error or finish reason abort/error), ``queue_p95_s``. ``lookback_s`` bounds call start
+    (error_class upstream_error or timeout: the replica's fault), ``queue_p95_s``. ``lookback_s`` bounds call start
     times (the longest call expected) so the primary key prunes. Raises StoreError.
     """
     return _dicts(store, "alerts_replica_latency", now=utc(now), window_s=int(window_s), lookback_s=int(lookback_s))

@@ -11,7 +11,8 @@ FROM (
         intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(TimeUnix),
                {bucket_s:UInt32} * 1000) AS bucket,
         if(ResourceAttributes['service.instance.id'] != '', ResourceAttributes['service.instance.id'], ServiceName) AS replica,
-        avg(Value) AS mean_waiting
+        -- per scrape summed over the replica's engines (data parallel), then the bucket's mean
+        sum(Value) / uniqExact(TimeUnix) AS mean_waiting
     FROM otel_metrics_gauge
     WHERE MetricName = 'vllm:num_requests_waiting'
       AND TimeUnix > {now:DateTime64(3, 'UTC')} - toIntervalSecond({bucket_s:UInt32} * {buckets:UInt32})

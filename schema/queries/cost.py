@@ -6,13 +6,16 @@ DataFrame; callers contain no SQL. The tables are the cost jobs' outputs (``sche
 
 * ``replica_minutes`` — one row per replica and minute it was up: spend, allocated, idle (USD).
 * ``call_costs`` — one row per (unit of GPU work, minute it overlapped): allocated cost and its
-  category (``useful``, ``retry_waste``, ``failed_task_waste``, ``pending``, ``unattributed``).
+  category (``useful``, ``retry_waste``, ``failed_task_waste``, ``pending``, ``unattributed``,
+  ``unspanned``: engine work the counters saw and no span explains).
 * ``tasks`` — one row per task, in the minute it ended: outcome, attempts, cost by category.
 
-Definitions (shared/DESIGN.md "Cost model"): spend = price x GPUs while up; allocated + idle =
-spend for every replica-minute; cost per successful task (CPST) = all spend in the period / tasks
-that succeeded in the period (tasks belong to the period in which they ended); attributed CPST
-excludes idle; goodput = successful tasks within SLO per hour.
+Definitions (shared/DESIGN.md "Cost model"; schema/jobs/README.md): spend = price x GPUs while up
+(every minute for a reserved replica); allocated = spend x min(1, work / capacity), idle = the rest,
+so allocated + idle = spend for every replica-minute; cost per successful task (CPST) = all spend
+in the period / tasks that succeeded in the period (tasks belong to the period in which they
+ended); attributed CPST excludes idle; goodput = successful tasks within SLO per hour, judged on
+the TTFT the user waited; attempts = calls sent, client retries included.
 
 Money is Float64 USD, never rounded here (round only for display); tokens are counts; times are
 UTC ``datetime`` (naive values are taken as UTC). ``None``/NaN means "no data" (e.g. CPST with
@@ -30,16 +33,17 @@ from schema.queries import run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
 GROUPINGS = ("task_type", "tenant", "model", "replica")
-CATEGORIES = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "idle")
+CATEGORIES = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle")
 
 # The columns each named query returns, in order (see each function's docstring for units).
 COLUMNS: dict[str, tuple[str, ...]] = {
     "cost_period_summary": (
-        "grp", "spend_usd", "allocated_usd", "idle_usd", "unattributed_usd", "useful_usd", "retry_waste_usd",
-        "failed_task_waste_usd", "pending_usd", "partial_usd", "partial_tokens", "requests", "prompt_tokens",
-        "cached_tokens", "output_tokens", "tokens", "tasks", "successful_tasks", "failed_tasks", "abandoned_tasks",
-        "slo_met_tasks", "cpst_usd", "attributed_cpst_usd", "cost_per_request_usd", "cost_per_1m_tokens_usd",
-        "goodput_per_hour", "attempts_per_success", "hours"),
+        "grp", "spend_usd", "allocated_usd", "idle_usd", "unattributed_usd", "unspanned_usd", "useful_usd",
+        "retry_waste_usd", "failed_task_waste_usd", "pending_usd", "partial_usd", "partial_tokens", "requests",
+        "prompt_tokens", "cached_tokens", "cached_estimated_tokens", "output_tokens", "tokens", "tasks",
+        "successful_tasks", "failed_tasks", "abandoned_tasks", "slo_met_tasks", "cpst_usd", "attributed_cpst_usd",
+        "cost_per_request_usd", "cost_per_1m_tokens_usd", "goodput_per_hour", "attempts_per_success",
+        "steps_per_success", "retries_per_call", "hours"),
     "cost_cpst_trend": (
         "bucket_start", "grp", "spend_usd", "allocated_usd", "successful_tasks", "slo_met_tasks", "cpst_usd",
         "attributed_cpst_usd"),
@@ -52,14 +56,16 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "tasks_calls": (
         "call_id", "trace_id", "call_source", "replica", "gpu_type", "model", "task_step", "task_attempt",
         "start_time", "end_time", "status", "error_type", "finish_reason", "partial", "prompt_tokens",
-        "cached_tokens", "output_tokens", "ttft_s", "e2e_s", "work", "cost_usd", "category", "minutes"),
+        "cached_tokens", "output_tokens", "ttft_s", "e2e_s", "work", "cost_usd", "category", "minutes", "task_call",
+        "error_class"),
     "cost_replica_windows": (
         "replica", "window_start", "requests", "throughput_tokens_per_s", "output_tokens_per_s", "successful_tasks",
         "successful_tasks_per_hour", "ttft_p99_s", "e2e_p99_s", "spend_usd", "idle_usd", "cpst_usd",
         "running_requests_avg"),
     "cost_data_quality": (
         "replica", "up_minutes", "span_tokens", "counter_tokens", "token_gap", "token_gap_ratio",
-        "default_priced_minutes", "unpriced_minutes", "gateway_evidence_calls", "client_evidence_calls", "spend_usd"),
+        "default_priced_minutes", "unpriced_minutes", "gateway_evidence_calls", "client_evidence_calls",
+        "down_minutes", "unspanned_usd", "cached_estimated_tokens", "late_minutes_recomputed", "spend_usd"),
 }
 
 
@@ -116,14 +122,17 @@ def period_summary(store, start: datetime, end: datetime, by: str | None = None,
 
     Returns columns (one row per group, most expensive first):
         ``grp`` (group value), ``spend_usd``, ``allocated_usd``, ``idle_usd``, ``unattributed_usd``,
-        ``useful_usd``, ``retry_waste_usd``, ``failed_task_waste_usd``, ``pending_usd`` (task
-        outcome not known yet), ``partial_usd`` (inside the categories), ``partial_tokens``,
-        ``requests`` (calls started), ``prompt_tokens`` (incl. cached), ``cached_tokens``,
-        ``output_tokens``, ``tokens`` (prompt + output), ``tasks`` (ended), ``successful_tasks``,
-        ``failed_tasks``, ``abandoned_tasks``, ``slo_met_tasks``, ``cpst_usd`` (spend /
-        successes), ``attributed_cpst_usd`` (allocated / successes), ``cost_per_request_usd``,
-        ``cost_per_1m_tokens_usd``, ``goodput_per_hour`` (successful tasks within SLO per hour),
-        ``attempts_per_success``, ``hours`` (period length).
+        ``unspanned_usd`` (engine work no span explains), ``useful_usd``, ``retry_waste_usd``,
+        ``failed_task_waste_usd``, ``pending_usd`` (task outcome not known yet), ``partial_usd``
+        (inside the categories), ``partial_tokens``, ``requests`` (calls started), ``prompt_tokens``
+        (incl. cached), ``cached_tokens``, ``cached_estimated_tokens`` (the part of cached_tokens
+        estimated from the counters' hit rate), ``output_tokens``, ``tokens`` (prompt + output),
+        ``tasks`` (ended), ``successful_tasks``, ``failed_tasks``, ``abandoned_tasks``,
+        ``slo_met_tasks``, ``cpst_usd`` (spend / successes), ``attributed_cpst_usd`` (allocated /
+        successes), ``cost_per_request_usd``, ``cost_per_1m_tokens_usd``, ``goodput_per_hour``
+        (successful tasks within SLO per hour), ``attempts_per_success`` (calls sent, client
+        retries included, per successful task), ``steps_per_success``, ``retries_per_call``
+        (client retries per call a step made, over successful tasks), ``hours`` (period length).
 
     Without filters and with ``by`` None or ``"replica"``, spend and idle are the replica-minutes'
     own (exact); otherwise the period's idle is shared among groups in proportion to their
@@ -159,9 +168,10 @@ def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Where the money of ``[start, end)`` went.
 
     Returns one row per category in this order: ``useful``, ``retry_waste``,
-    ``failed_task_waste``, ``pending``, ``unattributed``, ``idle`` (these six are mutually
-    exclusive and add up to the spend), then ``partial`` (a measure inside them, ``is_subset`` =
-    1). Columns: ``category``, ``is_subset``, ``usd``, ``share_of_spend`` (0..1), ``calls``
+    ``failed_task_waste``, ``pending``, ``unattributed``, ``unspanned``, ``idle`` (these seven are
+    mutually exclusive and add up to the spend), then ``partial`` and ``down`` (measures inside
+    them, ``is_subset`` = 1: calls that streamed then broke; idle spend of reserved replicas while
+    down). Columns: ``category``, ``is_subset``, ``usd``, ``share_of_spend`` (0..1), ``calls``
     (calls started), ``tokens`` (prompt + output; partial: streamed output tokens).
     """
     return _run(store, "cost_waste_breakdown", **_range(start, end))
@@ -193,7 +203,8 @@ def task_calls(store, task_id: str) -> pd.DataFrame:
     ``task_attempt``, ``start_time``, ``end_time`` (UTC), ``status``, ``error_type``,
     ``finish_reason``, ``partial`` (0/1), ``prompt_tokens``, ``cached_tokens``, ``output_tokens``,
     ``ttft_s``, ``e2e_s`` (seconds), ``work`` (work units), ``cost_usd``, ``category``,
-    ``minutes`` (minute buckets the call overlapped).
+    ``minutes`` (minute buckets the call overlapped), ``task_call`` (call within its step, 0 when
+    not sent), ``error_class`` (docs/telemetry.md "Error classes").
     """
     if not task_id:
         raise ValueError("task_id is required")
@@ -225,10 +236,14 @@ def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:
 
     Returns columns: ``replica``, ``up_minutes``, ``span_tokens`` (prompt + output of calls
     started, tokens), ``counter_tokens`` (increase of ``vllm:prompt_tokens`` +
-    ``vllm:generation_tokens``; NaN without counters), ``token_gap`` (counters - spans over the
-    minutes that have counters: work the spans missed, e.g. aborted requests), ``token_gap_ratio``
-    (gap / counters), ``default_priced_minutes`` (replica not in fleet.yaml), ``unpriced_minutes``
-    (no price for its GPU type), ``gateway_evidence_calls`` / ``client_evidence_calls`` (calls
-    whose engine span never arrived), ``spend_usd``.
+    ``vllm:generation_tokens`` per scrape; NaN without counters), ``token_gap`` (counters - the
+    span tokens those scrapes observed: work the spans missed, e.g. aborted requests),
+    ``token_gap_ratio`` (gap / counters), ``default_priced_minutes`` (replica not in fleet.yaml),
+    ``unpriced_minutes`` (no price for its GPU type), ``gateway_evidence_calls`` /
+    ``client_evidence_calls`` (calls whose engine span never arrived), ``down_minutes``
+    (reserved, billed, not up), ``unspanned_usd`` (what the gap's work cost, with no call to
+    charge), ``cached_estimated_tokens`` (cached tokens estimated from the counters' hit rate),
+    ``late_minutes_recomputed`` (minutes whose data arrived after the live window and were
+    recomputed; replica ``''`` when not tied to one), ``spend_usd``.
     """
     return _run(store, "cost_data_quality", **_range(start, end))

@@ -1,7 +1,11 @@
 -- Data quality per replica over [start, end): tokens the spans report vs the engine's own
--- counters (vllm:prompt_tokens + vllm:generation_tokens increases), the gap (work the spans
--- missed, e.g. requests aborted by the client), minutes priced at the default (replica not in
--- fleet.yaml) or unpriced, and calls whose evidence was a gateway or client span (no engine span).
+-- counters (vllm:prompt_tokens + vllm:generation_tokens increases per scrape, in the minute of the
+-- scrape), the gap = counters - the span tokens those scrapes observed (replica_minutes.counted_tokens:
+-- work the spans missed, e.g. requests aborted by the client), the money that gap cost as
+-- `unspanned` work, minutes priced at the default (replica not in fleet.yaml) or unpriced, reserved
+-- minutes the replica was down, cached tokens estimated from the counter hit rate, calls whose
+-- evidence was a gateway or client span (no engine span), and minutes recomputed because their data
+-- arrived after the live window (late_minutes; replica '' = not tied to one replica).
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -12,10 +16,13 @@ WITH
                sumIf(ifNull(counter_prompt_tokens, 0) + ifNull(counter_generation_tokens, 0),
                      counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS counter_tokens,
                countIf(counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS counter_minutes,
-               sumIf(prompt_tokens + output_tokens,
+               sumIf(ifNull(counted_tokens, 0),
                      counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS span_tokens_counted,
                countIf(in_fleet = 0) AS default_priced_minutes,
                countIf(priced = 0) AS unpriced_minutes,
+               countIf(up = 0) AS down_minutes,
+               sum(unspanned_usd) AS unspanned,
+               sum(cached_estimated_tokens) AS cached_estimated,
                sum(spend_usd) AS spend
         FROM replica_minutes
         WHERE minute >= p_start AND minute < p_end
@@ -27,6 +34,12 @@ WITH
                sumIf(requests, call_source = 'client') AS client_evidence_calls
         FROM call_costs
         WHERE minute >= p_start AND minute < p_end
+        GROUP BY replica
+    ),
+    late AS (
+        SELECT replica, uniqExact(minute) AS late_minutes
+        FROM late_minutes
+        WHERE minute >= p_start AND minute < p_end AND recomputed_at IS NOT NULL
         GROUP BY replica
     )
 SELECT
@@ -41,9 +54,14 @@ SELECT
     toUInt64(ifNull(rm.unpriced_minutes, 0)) AS unpriced_minutes,
     toUInt64(ifNull(ev.gateway_evidence_calls, 0)) AS gateway_evidence_calls,
     toUInt64(ifNull(ev.client_evidence_calls, 0)) AS client_evidence_calls,
+    toUInt64(ifNull(rm.down_minutes, 0)) AS down_minutes,
+    ifNull(rm.unspanned, 0) AS unspanned_usd,
+    toUInt64(ifNull(rm.cached_estimated, 0)) AS cached_estimated_tokens,
+    toUInt64(ifNull(late.late_minutes, 0)) AS late_minutes_recomputed,
     ifNull(rm.spend, 0) AS spend_usd
-FROM (SELECT replica FROM rm UNION DISTINCT SELECT replica FROM ev) AS k
+FROM (SELECT replica FROM rm UNION DISTINCT SELECT replica FROM ev UNION DISTINCT SELECT replica FROM late) AS k
 LEFT JOIN rm ON rm.replica = k.replica
 LEFT JOIN ev ON ev.replica = k.replica
+LEFT JOIN late ON late.replica = k.replica
 ORDER BY replica
 SETTINGS join_use_nulls = 1

@@ -24,6 +24,8 @@ WITH
             sumIf(cost_usd, category = 'failed_task_waste') AS pc_failed_task_waste_usd,
             sumIf(cost_usd, category = 'pending') AS pc_pending_usd,
             sumIf(cost_usd, category = 'unattributed') AS pc_unattributed_usd,
+            sumIf(cost_usd, category = 'unspanned') AS pc_unspanned_usd,
+            sumIf(cached_tokens, cached_estimated = 1) AS pc_cached_estimated_tokens,
             sumIf(cost_usd, partial = 1) AS pc_partial_usd,
             sumIf(output_tokens, partial = 1) AS pc_partial_tokens,
             sum(requests) AS pc_requests,
@@ -50,7 +52,7 @@ WITH
         WHERE minute >= p_start AND minute < p_end
     ),
     ended AS (
-        SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts
+        SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts, step_calls, steps
         FROM tasks
         WHERE minute >= p_start AND minute < p_end
           AND (f_model = '' OR model = f_model)
@@ -73,7 +75,9 @@ WITH
             countIf(e.outcome = 'failure') AS tk_failed_tasks,
             countIf(e.outcome = 'abandoned') AS tk_abandoned_tasks,
             countIf(e.outcome = 'success' AND e.slo_met = 1) AS tk_slo_met_tasks,
-            sumIf(e.attempts, e.outcome = 'success') AS tk_success_attempts
+            sumIf(e.attempts, e.outcome = 'success') AS tk_success_attempts,
+            sumIf(e.step_calls, e.outcome = 'success') AS tk_success_step_calls,
+            sumIf(e.steps, e.outcome = 'success') AS tk_success_steps
         FROM ended AS e
         LEFT JOIN task_replicas AS tr ON tr.task_id = e.task_id
         GROUP BY grp
@@ -91,6 +95,7 @@ SELECT
     if(exact_mode, ifNull(rm.rm_idle, 0),
        if(tot.alloc_total > 0, tot.idle_total * ifNull(p.pc_allocated_usd, 0) / tot.alloc_total, 0)) AS idle_usd,
     ifNull(p.pc_unattributed_usd, 0) AS unattributed_usd,
+    ifNull(p.pc_unspanned_usd, 0) AS unspanned_usd,
     ifNull(p.pc_useful_usd, 0) AS useful_usd,
     ifNull(p.pc_retry_waste_usd, 0) AS retry_waste_usd,
     ifNull(p.pc_failed_task_waste_usd, 0) AS failed_task_waste_usd,
@@ -100,6 +105,7 @@ SELECT
     toUInt64(ifNull(p.pc_requests, 0)) AS requests,
     toUInt64(ifNull(p.pc_prompt_tokens, 0)) AS prompt_tokens,
     toUInt64(ifNull(p.pc_cached_tokens, 0)) AS cached_tokens,
+    toUInt64(ifNull(p.pc_cached_estimated_tokens, 0)) AS cached_estimated_tokens,
     toUInt64(ifNull(p.pc_output_tokens, 0)) AS output_tokens,
     prompt_tokens + output_tokens AS tokens,
     toUInt64(ifNull(tk.tk_tasks, 0)) AS tasks,
@@ -113,6 +119,9 @@ SELECT
     if(tokens > 0, spend_usd * 1000000 / tokens, NULL) AS cost_per_1m_tokens_usd,
     if(hours > 0, slo_met_tasks / hours, NULL) AS goodput_per_hour,
     if(successful_tasks > 0, ifNull(tk.tk_success_attempts, 0) / successful_tasks, NULL) AS attempts_per_success,
+    if(successful_tasks > 0, ifNull(tk.tk_success_steps, 0) / successful_tasks, NULL) AS steps_per_success,
+    if(ifNull(tk.tk_success_step_calls, 0) > 0,
+       (ifNull(tk.tk_success_attempts, 0) - tk.tk_success_step_calls) / tk.tk_success_step_calls, NULL) AS retries_per_call,
     hours
 FROM groups AS g
 LEFT JOIN pieces AS p ON p.grp = g.grp

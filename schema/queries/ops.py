@@ -297,7 +297,10 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
     """Windowed quantiles per time bucket (by request end), fleet rows (replica '') and per replica.
 
     Columns: bucket (UTC), replica, requests, output_tokens_sum, errors, ttft_p50_s, ttft_p95_s,
-    ttft_p99_s, itl_p95_s, e2e_p95_s (seconds), requests_per_s, output_tokens_per_s, error_rate.
+    ttft_p99_s, itl_p95_s, e2e_p95_s (seconds), attempts, requests_per_s, output_tokens_per_s,
+    error_rate. errors / attempts count what is the replica's fault (error_class upstream_error or
+    timeout, docs/telemetry.md): failed gateway attempts / gateway attempts where the gateway routed
+    in that bucket, else the engine rows' own; error_rate = errors / attempts.
 
     Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 0050):
     same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned;
@@ -314,13 +317,14 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
     if name != "ops_latency_series":
         params = {"model": params["model"]}
     df = _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), **params),
-                ["bucket", "replica", "requests", "output_tokens_sum", "errors", "ttft_q", "itl_p95_s", "e2e_p95_s"])
+                ["bucket", "replica", "requests", "output_tokens_sum", "errors", "ttft_q", "itl_p95_s", "e2e_p95_s",
+                 "attempts"])
     q = df.pop("ttft_q") if len(df) else pd.Series(dtype=object)
     for i, name in enumerate(("ttft_p50_s", "ttft_p95_s", "ttft_p99_s")):
         df[name] = [(v[i] if v is not None and len(v) == 3 else None) for v in q]
     df["requests_per_s"] = df["requests"] / float(bucket_s)
     df["output_tokens_per_s"] = df["output_tokens_sum"] / float(bucket_s)
-    df["error_rate"] = df["errors"] / df["requests"].where(df["requests"] > 0)
+    df["error_rate"] = df["errors"] / df["attempts"].where(df["attempts"] > 0)
     return df
 
 

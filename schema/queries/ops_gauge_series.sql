@@ -10,8 +10,11 @@ FROM (
     SELECT
         toStartOfInterval(TimeUnix, toIntervalSecond({bucket_s:UInt32})) AS bucket,
         if(ResourceAttributes['service.instance.id'] != '', ResourceAttributes['service.instance.id'], ServiceName) AS replica,
-        avgIf(Value, MetricName = 'vllm:num_requests_waiting') AS waiting,
-        avgIf(Value, MetricName = 'vllm:num_requests_running') AS running,
+        -- per scrape, summed over the replica's engines (data parallel), then the bucket's mean
+        sumIf(Value, MetricName = 'vllm:num_requests_waiting')
+            / nullIf(uniqExactIf(TimeUnix, MetricName = 'vllm:num_requests_waiting'), 0) AS waiting,
+        sumIf(Value, MetricName = 'vllm:num_requests_running')
+            / nullIf(uniqExactIf(TimeUnix, MetricName = 'vllm:num_requests_running'), 0) AS running,
         avgIf(Value, MetricName IN ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')) AS kv_usage
     FROM otel_metrics_gauge
     WHERE MetricName IN ('vllm:num_requests_running', 'vllm:num_requests_waiting',

@@ -21,13 +21,16 @@ FROM (
         if(minute >= toStartOfMinute({start:DateTime64(3)}), 'current', 'previous') AS window,
         replica,
         metric,
-        argMax(value_sum / points, minute) AS last_value,
-        max(value_sum / points) AS max_value,
+        -- counts: the per-scrape sum over the replica's engines (data parallel); KV use: the engines' mean
+        argMax(if(metric = 'vllm:kv_cache_usage_perc', value_sum / points, value_sum / if(scrapes > 0, scrapes, points)),
+               minute) AS last_value,
+        max(if(metric = 'vllm:kv_cache_usage_perc', value_sum / points, value_sum / if(scrapes > 0, scrapes, points)))
+            AS max_value,
         sum(points) AS pts,
         max(minute) AS last_minute
     FROM (
         SELECT g.minute AS minute, g.replica AS replica, g.metric AS metric,
-               sum(g.value_sum) AS value_sum, sum(g.points) AS points
+               sum(g.value_sum) AS value_sum, sum(g.points) AS points, sum(g.scrapes) AS scrapes
         FROM ops_gauge_minutes AS g
         WHERE g.minute >= toStartOfMinute({prev_start:DateTime64(3)}) AND g.minute < {end:DateTime64(3)}
           AND ({model:String} = '' OR g.model = {model:String})

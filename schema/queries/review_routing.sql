@@ -1,6 +1,7 @@
 -- Weekly review, lever "move": the gateway's routing in [start, end): per routing policy
 -- (gateway.policy on gateway attempts), the attempts, the replicas used, and the attempts that
--- failed; plus admission decisions (gateway.admission on the gateway's request spans) counted
+-- failed through the replica's fault (error_class upstream_error or timeout; not client errors or
+-- aborts); plus admission decisions (gateway.admission on the gateway's request spans) counted
 -- over otel_traces, where that span lives (it is not an LLM call).
 SELECT kind, name, n, replicas, failed
 FROM (
@@ -9,7 +10,7 @@ FROM (
         policy AS name,
         count() AS n,
         uniqExact(replica) AS replicas,
-        countIf(status = 'error') AS failed
+        countIf(error_class IN ('upstream_error', 'timeout')) AS failed
     FROM llm_calls
     WHERE call_source = 'gateway'
       AND start_time >= {start:DateTime64(3)} AND start_time < {end:DateTime64(3)}

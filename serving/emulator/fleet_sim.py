@@ -47,7 +47,7 @@ from serving.emulator.otlp import (SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KI
 from serving.emulator.profiles import get_profile
 from serving.emulator.sim_spans import (CLIENT_SERVICE, GATEWAY_ATTEMPT_SPAN_NAME, GATEWAY_SERVICE,
                                         GATEWAY_SPAN_NAME, client_attrs, gateway_attempt_attrs, gateway_attrs,
-                                        task_context, task_root_attrs)
+                                        step_context, task_context, task_root_attrs)
 from schema.semconv import VLLM_PROCESS_ID
 from serving.emulator.spans import SCOPE_NAME, engine_span_attributes, replica_resource, sdk_resource
 from serving.emulator.static import StaticEngine
@@ -407,7 +407,8 @@ class FleetSimulator(ReplicaEvents):
         if self.span_mode == "all":
             self.span(self.gateway_res, task.trace_id, a.gw_att_id, a.gw_id, GATEWAY_ATTEMPT_SPAN_NAME,
                       SPAN_KIND_CLIENT, a.gw_att_start, t,
-                      gateway_attempt_attrs(task.plan, self.policy, a.gw_no, rep.spec.id, status, 0, error_type),
+                      gateway_attempt_attrs(task.plan, self.policy, a.gw_no, rep.spec.id, status, 0, error_type,
+                                            step_context(a.step, a.ci + 1, a.n)),
                       STATUS_ERROR, error_type, task.ctx)
         a.tried.append(rep)
         retryable = status is None or status in GATEWAY_RETRY_STATUS
@@ -507,20 +508,20 @@ class FleetSimulator(ReplicaEvents):
             gend = t - CLIENT_GATEWAY_S if ok else t
             self.span(self.gateway_res, task.trace_id, a.gw_att_id, a.gw_id, GATEWAY_ATTEMPT_SPAN_NAME,
                       SPAN_KIND_CLIENT, a.gw_att_start, gend,
-                      gateway_attempt_attrs(plan, self.policy, a.gw_no, a.rep.spec.id, status, tokens, gw_error),
+                      gateway_attempt_attrs(plan, self.policy, a.gw_no, a.rep.spec.id, status, tokens, gw_error,
+                                            step_context(a.step, a.ci + 1, a.n)),
                       STATUS_OK if ok else STATUS_ERROR, gw_error or "", task.ctx)
         gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
                   a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
-                  {**gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
-                                   gw_ttft, gw_error),
-                   # the real gateway copies the whole baggage (task.step and task.attempt included) onto this span
-                   sc.TASK_STEP: a.step, sc.TASK_ATTEMPT: a.n},
+                  gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
+                                gw_ttft, gw_error, step_context(a.step, a.ci + 1, a.n)),
                   STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
         out_tokens = tokens if ok else None
         self.span(self.client_res, task.trace_id, a.client_id, task.root_id, f"chat {plan.model}", SPAN_KIND_CLIENT,
                   a.t0, t,
-                  client_attrs(plan, a.step, a.n, input_tokens=req.prompt_tokens if (ok and req) else None,
+                  client_attrs(plan, a.step, a.n, call=a.ci + 1,
+                               input_tokens=req.prompt_tokens if (ok and req) else None,
                                output_tokens=out_tokens, finish_reason=finish, ttfc=ttft, tokens_received=tokens,
                                error_type=error_type),
                   STATUS_UNSET if ok else STATUS_ERROR, error_type or "", task.ctx)

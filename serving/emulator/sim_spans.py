@@ -22,6 +22,12 @@ def task_context(task) -> dict:
             sc.TENANT_PRIORITY: task.priority}
 
 
+def step_context(step: str, call: int, attempt: int) -> dict:
+    """task.step / task.call / task.attempt of one attempt, as the gateway copies them from the
+    client's W3C baggage (strings): the cost job decides useful/retry per (step, call)."""
+    return {sc.TASK_STEP: step, sc.TASK_CALL: str(call), sc.TASK_ATTEMPT: str(attempt)}
+
+
 # The span builders below return only their span's own attributes; every span of a task also
 # carries ``task_context(task)``, which the simulator encodes once per task (pbenc ``pre=``).
 
@@ -38,13 +44,15 @@ def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
 
 
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
-                 finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None) -> dict:
+                 finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None,
+                 call: int = 1) -> dict:
     a = {
         sc.GEN_AI_OPERATION_NAME: "chat",
         sc.GEN_AI_PROVIDER_NAME: "vllm",
         sc.GEN_AI_REQUEST_MODEL: task.model,
         sc.GEN_AI_REQUEST_STREAM: True,
         sc.TASK_STEP: step,
+        sc.TASK_CALL: call,
         sc.TASK_ATTEMPT: attempt,
         sc.CLIENT_TOKENS_RECEIVED: tokens_received,
         sc.CLIENT_PARTIAL: bool(error_type) and tokens_received > 0,
@@ -63,9 +71,9 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
 
 
 def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: int | None, tokens: int,
-                  ttfc: float | None, error_type: str | None) -> dict:
+                  ttfc: float | None, error_type: str | None, step_ctx: dict | None = None) -> dict:
     a = {sc.GATEWAY_POLICY: policy, sc.GATEWAY_RETRIES: retries, sc.GATEWAY_ADMISSION: "admitted",
-         sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model}
+         sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model, **(step_ctx or {})}
     if replica:
         a[sc.GATEWAY_REPLICA] = replica
     if status is not None:
@@ -78,9 +86,9 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
 
 
 def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status: int | None, tokens: int,
-                          error_type: str | None) -> dict:
+                          error_type: str | None, step_ctx: dict | None = None) -> dict:
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
-         sc.GATEWAY_TOKENS_STREAMED: tokens}
+         sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}
     if status is not None:
         a[sc.GATEWAY_UPSTREAM_STATUS] = status
     if error_type:

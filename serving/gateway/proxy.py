@@ -13,7 +13,11 @@ Position: serving (gateway), in front of N vLLM (or emulated) replicas. Per requ
 5. relays the SSE stream event by event as it arrives (no buffering beyond one event), counting
    output tokens (:class:`serving.sdk.usage.StreamUsage`); an upstream failure after the first
    byte ends the client's stream with vLLM's mid-stream error chunk and ``[DONE]``, and both spans
-   record the tokens already streamed.
+   record the tokens already streamed;
+6. asks every replica for ``stream_options: {include_usage, continuous_usage_stats}`` so the first
+   chunk already carries the prompt's token count: an attempt whose stream breaks still records
+   its prompt (and, with vLLM's ``--enable-prompt-tokens-details``, cached) tokens, the prefill it
+   paid for. The usage-only last chunk is not relayed to a client that did not ask for usage.
 
 Span shapes and attribute names: docs/telemetry.md, ``schema.semconv``. ``/metrics`` serves the
 gateway's own Prometheus metrics (:mod:`serving.gateway.stats`); ``/health`` answers 200.
@@ -38,7 +42,7 @@ from serving.gateway.config import GatewayConfig
 from serving.gateway.routing import Router
 from serving.gateway.scraper import scrape_loop
 from serving.gateway.sse import (carries_output, error_body, midstream_error_event, plain_token_event, read_body,
-                                 respond, retry_after_value)
+                                 respond, retry_after_value, usage_only_event, usage_token_event)
 from serving.gateway.stats import GatewayStats, make_registry
 from serving.sdk.context import extract, inject_headers, task_attributes
 from serving.sdk.usage import StreamUsage
@@ -177,6 +181,9 @@ class Gateway:
                 return
             model = request.get("model")
             stream = bool(request.get("stream"))
+            client_usage = True
+            if stream:
+                body, client_usage = _ask_usage(request)
             if model:
                 span.set_attribute(sc.GEN_AI_REQUEST_MODEL, str(model))
             span.set_attribute(sc.GEN_AI_REQUEST_STREAM, stream)
@@ -195,14 +202,15 @@ class Gateway:
             span.set_attribute(sc.GATEWAY_ADMISSION, "admitted")
             try:
                 await self._attempts(send, span, ctx, headers, body, model, stream, task_attrs, received_at, receive,
-                                     operation)
+                                     operation, client_usage)
             finally:
                 self.admission.release(priority)
         finally:
             span.end()
             self.active_requests -= 1
 
-    async def _attempts(self, send, span, ctx, headers, body, model, stream, task_attrs, received_at, receive, operation):
+    async def _attempts(self, send, span, ctx, headers, body, model, stream, task_attrs, received_at, receive, operation,
+                        client_usage=True):
         cfg, stats, router = self.config, self.stats, self.router
         self.budget.record_request()
         tried: set[str] = set()
@@ -238,7 +246,7 @@ class Gateway:
             replica.inflight += 1
             try:
                 outcome = await self._one_attempt(send, span, aspan, replica, up_headers, body, stream, received_at, receive,
-                                                  operation)
+                                                  operation, client_usage)
             except _AttemptFailed as exc:
                 failure = exc
                 router.record_result(replica, ok=False)
@@ -282,7 +290,7 @@ class Gateway:
         await respond(send, status, payload, extra=extra)
 
     async def _one_attempt(self, send, span, aspan, replica, up_headers, body, stream, received_at, receive,
-                           operation) -> str | None:
+                           operation, client_usage=True) -> str | None:
         """Run one upstream attempt. Raises _AttemptFailed before the first byte reached the client;
         after that returns None (clean end) or an error.type (the stream broke)."""
         url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
@@ -311,7 +319,7 @@ class Gateway:
                 clean = True
                 return await self._relay_whole(send, span, aspan, status, payload, received_at)
             outcome = await self._relay_stream(send, span, aspan, resp, received_at, receive, replica.replica_id,
-                                               pre_s if aspan_attempt(aspan) == 1 else None)
+                                               pre_s if aspan_attempt(aspan) == 1 else None, client_usage)
             clean = outcome is None
             return outcome
         finally:
@@ -335,7 +343,7 @@ class Gateway:
         self._finish_ok(span, aspan, usage, status, ttft)
 
     async def _relay_stream(self, send, span, aspan, resp, received_at, receive, replica_id,
-                            pre_s: float | None = None) -> str | None:
+                            pre_s: float | None = None, client_usage: bool = True) -> str | None:
         usage = StreamUsage()
         raw = resp.content.iter_any()
         buf = b""
@@ -365,13 +373,16 @@ class Gateway:
                         data = event[6:]
                         if data.startswith(b"[DONE]"):
                             saw_done = True
-                        elif usage.chunks and plain_token_event(data):
-                            # Hot path: a token chunk with nothing else to read (no usage, finish,
-                            # error): count it without decoding JSON.
+                        elif usage.chunks and (plain_token_event(data) or (usage.usage_prompt_tokens is not None
+                                                                           and usage_token_event(data))):
+                            # Hot path: a token chunk with nothing else to read (no finish, error,
+                            # and no usage we still need): count it without decoding JSON.
                             usage.chunks += 1
                             if carries_output(data):
                                 usage.content_chunks += 1
                         else:
+                            if not client_usage and usage_only_event(data):
+                                out = out.replace(event + b"\n\n", b"", 1)  # usage the client did not ask for
                             try:
                                 usage.feed(json.loads(data))
                             except ValueError:
@@ -420,6 +431,8 @@ class Gateway:
             self.stats.ttft.observe(ttft)
         if usage.usage_prompt_tokens is not None:
             aspan.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, int(usage.usage_prompt_tokens))
+        if usage.usage_cached_tokens is not None:
+            aspan.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, int(usage.usage_cached_tokens))
         if usage.finish_reasons:
             aspan.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, usage.finish_reasons)
         if usage.response_id:
@@ -437,6 +450,17 @@ class Gateway:
         self._record_tokens(span, aspan, usage, ttft)
         span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 200)
         _end_error(aspan, error_type, None)
+
+
+def _ask_usage(request: dict) -> tuple[bytes, bool]:
+    """The upstream body of a streamed request: ``stream_options`` with ``include_usage`` and
+    ``continuous_usage_stats`` (vLLM: usage on every chunk, cumulative), so prompt tokens are known
+    from the first chunk. Returns (body, whether the client itself asked for usage)."""
+    options = request.get("stream_options")
+    options = dict(options) if isinstance(options, dict) else {}
+    client_usage = bool(options.get("include_usage"))
+    options.update(include_usage=True, continuous_usage_stats=True)
+    return json.dumps({**request, "stream_options": options}).encode(), client_usage
 
 
 def aspan_attempt(aspan) -> int:

@@ -11,11 +11,25 @@ import re
 # Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
 NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
 OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
+# Once the prompt's usage is known, a continuous-usage token chunk needs no decoding either: only
+# finish reasons, errors, tool calls and the usage-only last chunk (``"choices": []``) do.
+NEEDS_DECODE_BESIDES_USAGE = re.compile(rb'"(?:error|tool_calls)"|"finish_reason": ?"|"choices": ?\[\]')
+USAGE_ONLY = re.compile(rb'"choices": ?\[\]')
 
 
 def plain_token_event(data: bytes) -> bool:
     """True when an event's JSON holds nothing to read but output (no usage, finish reason, error, tool call)."""
     return NEEDS_DECODE.search(data) is None
+
+
+def usage_token_event(data: bytes) -> bool:
+    """True when an event holds nothing to read but output and cumulative usage (continuous_usage_stats)."""
+    return NEEDS_DECODE_BESIDES_USAGE.search(data) is None
+
+
+def usage_only_event(data: bytes) -> bool:
+    """True for the usage-only chunk of ``include_usage`` (no choices)."""
+    return USAGE_ONLY.search(data) is not None and b'"usage"' in data
 
 
 def carries_output(data: bytes) -> bool:

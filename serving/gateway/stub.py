@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 USAGE_MODES = ("final", "in_last_choice", "cumulative", "none")
@@ -25,7 +25,10 @@ class Behaviour:
     tokens, one per chunk. usage: final | in_last_choice | cumulative | none. crash_after: close
     the connection abruptly after this many token chunks. error_after: send vLLM's mid-stream
     error chunk + [DONE] after this many token chunks. delay_s: wait before the first chunk;
-    token_gap_s: between chunks. prompt_tokens: reported in usage.
+    token_gap_s: between chunks. prompt_tokens: reported in usage; cached_tokens: reported as
+    ``usage.prompt_tokens_details.cached_tokens`` (vLLM's ``--enable-prompt-tokens-details``) when set.
+    A request asking ``stream_options.continuous_usage_stats`` gets cumulative usage on every chunk,
+    as vLLM answers it.
     """
 
     status: int = 200
@@ -37,6 +40,7 @@ class Behaviour:
     delay_s: float = 0.0
     token_gap_s: float = 0.0
     prompt_tokens: int = 7
+    cached_tokens: int | None = None
 
 
 class _Crash(Exception):
@@ -91,6 +95,8 @@ class StubUpstream:
                                 "finish_reason": "stop"}],
                    "usage": {"prompt_tokens": b.prompt_tokens, "completion_tokens": b.tokens,
                              "total_tokens": b.prompt_tokens + b.tokens}}
+            if b.cached_tokens is not None:
+                doc["usage"]["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}
             await asyncio.sleep(b.delay_s)
             await _plain(send, 200, json.dumps(doc).encode(), b"application/json")
             return
@@ -107,11 +113,17 @@ class StubUpstream:
             return b"data: " + json.dumps(doc).encode() + b"\n\n"
 
         def usage_at(n):
-            return {"prompt_tokens": b.prompt_tokens, "completion_tokens": n, "total_tokens": b.prompt_tokens + n}
+            u = {"prompt_tokens": b.prompt_tokens, "completion_tokens": n, "total_tokens": b.prompt_tokens + n}
+            if b.cached_tokens is not None:
+                u["prompt_tokens_details"] = {"cached_tokens": b.cached_tokens}
+            return u
 
         include = (req.get("stream_options") or {}).get("include_usage", False)
+        if include and (req.get("stream_options") or {}).get("continuous_usage_stats") and b.usage == "final":
+            b = replace(b, usage="cumulative_and_final")
+        cumulative = b.usage in ("cumulative", "cumulative_and_final")
         await send({"type": "http.response.body", "body": chunk({"role": "assistant", "content": ""},
-                    usage=usage_at(0) if b.usage == "cumulative" else None), "more_body": True})
+                    usage=usage_at(0) if cumulative else None), "more_body": True})
         for i in range(1, b.tokens + 1):
             if b.crash_after is not None and i > b.crash_after:
                 raise _Crash("stub replica crashed mid-stream")
@@ -122,14 +134,14 @@ class StubUpstream:
                 return
             last = i == b.tokens
             usage = None
-            if b.usage == "cumulative" or (b.usage == "in_last_choice" and last and include):
+            if cumulative or (b.usage == "in_last_choice" and last and include):
                 usage = usage_at(i)
             await send({"type": "http.response.body", "body": chunk({"content": "tok "}, "stop" if last else None, usage),
                         "more_body": True})
             if b.token_gap_s:
                 await asyncio.sleep(b.token_gap_s)
         tail = b""
-        if include and b.usage == "final":
+        if include and b.usage in ("final", "cumulative_and_final"):
             tail += chunk(None, usage=usage_at(b.tokens), choices=False)
         tail += b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import openai
+from opentelemetry import baggage as otel_baggage
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -35,7 +36,7 @@ from schema import semconv as sc
 from serving.plans import RetryPolicy
 from serving.sdk.context import inject_headers, task_attributes, with_task_baggage
 from serving.sdk.retry import backoff_s, is_retryable_status, parse_retry_after
-from serving.sdk.task import INSTRUMENTATION_NAME
+from serving.sdk.task import INSTRUMENTATION_NAME, current_task
 from serving.sdk.usage import StreamUsage
 
 PROVIDER = "vllm"
@@ -91,6 +92,7 @@ class _Attempt:
     stream: bool
     attempt: int
     step: str | None
+    call: int | None
     server: tuple[str, int | None]
     request_attrs: dict[str, Any]
     record_content: bool
@@ -107,6 +109,8 @@ class _Attempt:
         extra = {sc.TASK_ATTEMPT: self.attempt}
         if self.step:
             extra[sc.TASK_STEP] = self.step
+        if self.call is not None:
+            extra[sc.TASK_CALL] = self.call
         ctx = with_task_baggage(extra, parent)
         attrs: dict[str, Any] = {
             sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_PROVIDER_NAME: PROVIDER,
@@ -117,6 +121,8 @@ class _Attempt:
             attrs[sc.SERVER_PORT] = self.server[1]
         attrs.update(task_attributes(ctx))
         attrs[sc.TASK_ATTEMPT] = self.attempt
+        if self.call is not None:
+            attrs[sc.TASK_CALL] = self.call
         attrs.update(self.request_attrs)
         if self.record_content:
             attrs[sc.GEN_AI_INPUT_MESSAGES] = json.dumps(self.messages, default=str)
@@ -223,13 +229,23 @@ class _Base:
         parsed = urlparse(base_url)
         self.server = (parsed.hostname or "", parsed.port)
 
-    def _attempt(self, model, stream, attempt, step, messages, kwargs) -> _Attempt:
+    def _attempt(self, model, stream, attempt, step, call, messages, kwargs) -> _Attempt:
         request_attrs = {}
         for key, attr in (("max_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS), ("temperature", sc.GEN_AI_REQUEST_TEMPERATURE),
                           ("top_p", sc.GEN_AI_REQUEST_TOP_P)):
             if kwargs.get(key) is not None:
                 request_attrs[attr] = kwargs[key]
-        return _Attempt(self.tracer, model, stream, attempt, step, self.server, request_attrs, self.record_content, messages)
+        return _Attempt(self.tracer, model, stream, attempt, step, call, self.server, request_attrs, self.record_content,
+                        messages)
+
+    @staticmethod
+    def _call_index(step: str | None) -> int | None:
+        """``task.call`` of a new call: its index within its step in the open task (None outside a task
+        of this process, e.g. when the task context only arrived as baggage)."""
+        owner = current_task()
+        if owner is None:
+            return None
+        return owner.next_call(step or otel_baggage.get_baggage(sc.TASK_STEP))
 
     @staticmethod
     def _request_kwargs(stream: bool, kwargs: dict, headers: dict, policy: RetryPolicy) -> dict:
@@ -272,8 +288,9 @@ class InstrumentedOpenAI(_Base):
         """
         policy = retry_policy or self.policy
         partial = 0
+        call = self._call_index(step)
         for attempt in range(1, policy.max_attempts + 1):
-            rec = self._attempt(model, stream, attempt, step, messages, kwargs)
+            rec = self._attempt(model, stream, attempt, step, call, messages, kwargs)
             headers = rec.begin()
             try:
                 req = self._request_kwargs(stream, kwargs, headers, policy)
@@ -330,8 +347,9 @@ class AsyncInstrumentedOpenAI(_Base):
         rejecting an earlier answer); the policy's attempts are counted from it."""
         policy = retry_policy or self.policy
         partial = 0
+        call = self._call_index(step)
         for attempt in range(first_attempt, first_attempt + policy.max_attempts):
-            rec = self._attempt(model, stream, attempt, step, messages, kwargs)
+            rec = self._attempt(model, stream, attempt, step, call, messages, kwargs)
             headers = rec.begin()
             try:
                 req = self._request_kwargs(stream, kwargs, headers, policy)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -117,6 +118,8 @@ class Task:
         self._span = None
         self._tokens: list = []
         self._entered = False
+        self._calls: dict[str, int] = {}
+        self._calls_lock = threading.Lock()
 
     # --- context ------------------------------------------------------------------------------
     def context_attributes(self) -> dict[str, str]:
@@ -133,6 +136,14 @@ class Task:
         if not name:
             raise ValueError("step name must be a non-empty string")
         return Step(self, name)
+
+    def next_call(self, step: str | None) -> int:
+        """The next call index (1, 2, ..) of ``step`` in this task: ``task.call`` on every attempt of
+        that call, so parallel calls of one step are told apart (thread- and asyncio-safe)."""
+        key = step or ""
+        with self._calls_lock:
+            self._calls[key] = self._calls.get(key, 0) + 1
+            return self._calls[key]
 
     # --- outcome ------------------------------------------------------------------------------
     def succeed(self) -> None:

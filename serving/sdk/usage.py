@@ -90,9 +90,10 @@ class StreamUsage:
 
     @property
     def tokens_received(self) -> int:
-        """Output tokens seen so far (tokens): the server's cumulative count if any, else content chunks."""
+        """Output tokens seen so far (tokens): the server's cumulative count, or the chunks that carried
+        output when more (a reader that skips decoding some continuous-usage chunks holds an older count)."""
         if self.usage_completion_tokens is not None:
-            return max(int(self.usage_completion_tokens), 0)
+            return max(int(self.usage_completion_tokens), self.content_chunks, 0)
         return self.content_chunks
 
     @property

@@ -1,0 +1,12 @@
+-- Minutes with late data not recomputed since (latest version of each row of late_minutes), newer
+-- than the retention bound; oldest first.
+SELECT minute, min(replica) AS any_replica
+FROM (
+    SELECT minute, replica, source, argMax(recomputed_at, updated_at) AS last_recompute
+    FROM late_minutes
+    WHERE minute >= {oldest:DateTime}
+    GROUP BY minute, replica, source
+)
+WHERE last_recompute IS NULL
+GROUP BY minute
+ORDER BY minute

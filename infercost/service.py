@@ -26,7 +26,9 @@ def open_store(settings: Settings, echo=print):
     store = connect(settings.store_url, settings.database)
     applied = migrate(store, settings.retention_days)
     if applied:
-        echo(f"schema: applied {len(applied)} migration(s) in {settings.store_url}")
+        from schema.redact import redact
+
+        echo(f"schema: applied {len(applied)} migration(s) in {redact(settings.store_url)}")
     return store
 
 

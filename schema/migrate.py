@@ -115,3 +115,20 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         if progress:
             progress(migration.name)
     return applied
+
+
+_TTL_DAYS = re.compile(r"toIntervalDay\((\d+)\)|INTERVAL\s+(\d+)\s+DAY", re.IGNORECASE)
+
+
+def table_retention_days(store: Store, table: str = "otel_traces") -> int | None:
+    """The retention (days) in ``table``'s TTL as the store has it, or None (no table, no TTL).
+
+    The migrations write ``{{retention_days}}`` into the TTL once; a later change of the setting
+    does not alter existing tables, so the receiver asks the store rather than the settings which
+    data would be dropped at insert. Raises StoreError.
+    """
+    sql = (Path(__file__).parent / "table_ttl.sql").read_text()
+    text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
+    ttl = text.split(" TTL ", 1)[1] if " TTL " in text else ""
+    match = _TTL_DAYS.search(ttl)
+    return int(match.group(1) or match.group(2)) if match else None

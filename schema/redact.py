@@ -1,0 +1,97 @@
+"""Secrets out of every line we print: ``redact(text)`` and the log-record hook that applies it.
+
+Position: schema (the lowest layer every other area imports: collectors, app, alerts, infercost).
+Anything that shows text to a person — log lines, exception messages, ``/health``, CLI output,
+dashboard pages — passes it through :func:`redact` first. What is masked (with ``***``):
+
+* the password of a URL's user-info: ``http://user:secret@host`` -> ``http://user:***@host``
+  (store URLs, webhook URLs, SMTP URLs);
+* values of query parameters that carry credentials (``password``, ``token``, ``key``, ``secret``,
+  ``sig`` ...): ``?token=abc`` -> ``?token=***``;
+* ``Authorization``-style credentials: ``Bearer abc`` / ``Basic abc`` -> ``Bearer ***``;
+* every value registered with :func:`register_secret` (the ingest token, the SMTP password, a
+  Slack webhook path ...), wherever it appears.
+
+:func:`install_log_redaction` makes every log record pass through :func:`redact` (message and
+arguments at creation, traceback text when formatted), so no handler — ours, uvicorn's,
+Streamlit's — can print an unredacted record.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+MASK = "***"
+
+# scheme://user:password@  (the user name stays: it helps an operator, it is not a secret)
+_URL_USERINFO = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@]*):(?P<secret>[^@\s/]+)@")
+# ?password=... &token=... (also in JSON-ish "password": "...")
+_QUERY_SECRET = re.compile(
+    r"(?P<head>(?:[?&;]|\b)(?:password|passwd|pwd|token|access_token|refresh_token|api[_-]?key|secret|"
+    r"client_secret|sig|signature)=)(?P<secret>[^&\s'\"#]+)", re.IGNORECASE)
+_JSON_SECRET = re.compile(
+    r"(?P<head>[\"'](?:password|passwd|token|api_key|apikey|secret|client_secret)[\"']\s*:\s*[\"'])"
+    r"(?P<secret>[^\"']+)", re.IGNORECASE)
+_AUTH_SCHEME = re.compile(r"(?P<head>\b(?:Bearer|Basic|Token)\s+)(?P<secret>[A-Za-z0-9._~+/=\-]{4,})")
+
+_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+_installed = False
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` wherever it appears from now on (values shorter than 4 characters are ignored:
+    masking them would garble ordinary text)."""
+    if value and len(value) >= 4:
+        with _secrets_lock:
+            _secrets.add(value)
+
+
+def redact(text) -> str:
+    """``text`` (anything; converted with ``str``) with credentials masked (see module doc)."""
+    if text is None:
+        return ""
+    out = text if isinstance(text, str) else str(text)
+    if not out:
+        return out
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('head')}:{MASK}@", out)
+    out = _QUERY_SECRET.sub(lambda m: f"{m.group('head')}{MASK}", out)
+    out = _JSON_SECRET.sub(lambda m: f"{m.group('head')}{MASK}", out)
+    out = _AUTH_SCHEME.sub(lambda m: f"{m.group('head')}{MASK}", out)
+    if _secrets:
+        with _secrets_lock:
+            secrets = sorted(_secrets, key=len, reverse=True)
+        for secret in secrets:
+            if secret in out:
+                out = out.replace(secret, MASK)
+    return out
+
+
+def _redacting_factory(previous):
+    def factory(*args, **kwargs):
+        record = previous(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string: leave it to the handler to report
+            return record
+        record.msg = redact(message)
+        record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    factory.infercost_redacting = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_log_redaction() -> None:
+    """Redact every log record created from now on, in every logger of this process (idempotent)."""
+    global _installed
+    current = logging.getLogRecordFactory()
+    if _installed or getattr(current, "infercost_redacting", False):
+        _installed = True
+        return
+    logging.setLogRecordFactory(_redacting_factory(current))
+    _installed = True

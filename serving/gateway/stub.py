@@ -25,7 +25,9 @@ class Behaviour:
     tokens, one per chunk. usage: final | in_last_choice | cumulative | none. crash_after: close
     the connection abruptly after this many token chunks. error_after: send vLLM's mid-stream
     error chunk + [DONE] after this many token chunks. delay_s: wait before the first chunk;
-    token_gap_s: between chunks. prompt_tokens: reported in usage.
+    token_gap_s: between chunks. prompt_tokens: reported in usage. malformed_at: replace token chunk
+    number N (0 = the first event) by ``malformed`` bytes. stall_after / stall_s: go silent for
+    stall_s seconds after that many token chunks.
     """
 
     status: int = 200
@@ -37,6 +39,10 @@ class Behaviour:
     delay_s: float = 0.0
     token_gap_s: float = 0.0
     prompt_tokens: int = 7
+    malformed_at: int | None = None
+    malformed: bytes = b"data: {not json\n\n"
+    stall_after: int | None = None
+    stall_s: float = 0.0
 
 
 class _Crash(Exception):
@@ -45,11 +51,13 @@ class _Crash(Exception):
 
 @dataclass
 class StubUpstream:
-    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request."""
+    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request;
+    ``disconnects`` the monotonic times at which a client left while the stub was waiting."""
 
     replica_id: str = "stub"
     script: Callable[[dict, dict], Behaviour] = field(default=lambda req, headers: Behaviour())
     requests: list = field(default_factory=list)
+    disconnects: list = field(default_factory=list)
     waiting: int = 0
     running: int = 0
 
@@ -96,8 +104,8 @@ class StubUpstream:
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
-        if b.delay_s:
-            await asyncio.sleep(b.delay_s)
+        if b.delay_s and not await self._wait(b.delay_s, receive):
+            return
 
         def chunk(delta, finish=None, usage=None, choices=True):
             doc = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": model,
@@ -110,9 +118,15 @@ class StubUpstream:
             return {"prompt_tokens": b.prompt_tokens, "completion_tokens": n, "total_tokens": b.prompt_tokens + n}
 
         include = (req.get("stream_options") or {}).get("include_usage", False)
-        await send({"type": "http.response.body", "body": chunk({"role": "assistant", "content": ""},
-                    usage=usage_at(0) if b.usage == "cumulative" else None), "more_body": True})
+        first = chunk({"role": "assistant", "content": ""}, usage=usage_at(0) if b.usage == "cumulative" else None)
+        await send({"type": "http.response.body", "body": b.malformed if b.malformed_at == 0 else first,
+                    "more_body": True})
         for i in range(1, b.tokens + 1):
+            if b.malformed_at == i:
+                await send({"type": "http.response.body", "body": b.malformed, "more_body": True})
+                continue
+            if b.stall_after is not None and i == b.stall_after + 1 and not await self._wait(b.stall_s, receive):
+                return
             if b.crash_after is not None and i > b.crash_after:
                 raise _Crash("stub replica crashed mid-stream")
             if b.error_after is not None and i > b.error_after:
@@ -133,6 +147,19 @@ class StubUpstream:
             tail += chunk(None, usage=usage_at(b.tokens), choices=False)
         tail += b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+    async def _wait(self, seconds: float, receive) -> bool:
+        """Sleep ``seconds`` unless the client leaves first (recorded in ``disconnects``); True if it stayed."""
+        waiter = asyncio.ensure_future(receive())
+        try:
+            done, _ = await asyncio.wait([waiter], timeout=seconds)
+            if waiter in done and waiter.result().get("type") == "http.disconnect":
+                self.disconnects.append(time.monotonic())
+                return False
+            return True
+        finally:
+            waiter.cancel()
 
 
 async def _plain(send, status, body, ctype, extra=()):

@@ -351,22 +351,17 @@ class Gateway(RelayMixin):
         url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
         # Gateway time before the upstream request leaves: body read, parsing, admission, routing, spans.
         pre_s = time.monotonic() - received_at
-        try:
-            resp = await self.client.post(url, data=body, headers=up_headers)
-        except asyncio.CancelledError:
-            if not take_cancellation(watch):
-                raise
-            if watch.reason == "client_disconnect":
-                raise ClientGone() from None
-            raise AttemptFailed("timeout", None, True, phase=watch.phase) from None
-        except asyncio.TimeoutError as exc:
-            raise AttemptFailed("timeout", None, True, phase="connect") from exc
-        except aiohttp.ClientError as exc:
-            raise AttemptFailed("connection_error", None, True) from exc
-        status = resp.status
-        aspan.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
+        resp = None
         clean = False
         try:
+            try:
+                resp = await self.client.post(url, data=body, headers=up_headers)
+            except asyncio.TimeoutError as exc:
+                raise AttemptFailed("timeout", None, True, phase="connect") from exc
+            except aiohttp.ClientError as exc:
+                raise AttemptFailed("connection_error", None, True) from exc
+            status = resp.status
+            aspan.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
             if status >= 400:
                 payload = await _read_quietly(resp)
                 retry_after = resp.headers.get("retry-after")
@@ -377,12 +372,6 @@ class Gateway(RelayMixin):
                     payload = await resp.read()
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                     raise AttemptFailed("stream_broken", status, True) from exc
-                except asyncio.CancelledError:
-                    if not take_cancellation(watch):
-                        raise
-                    if watch.reason == "client_disconnect":
-                        raise ClientGone() from None
-                    raise AttemptFailed("timeout", status, True, phase=watch.phase) from None
                 clean = True
                 return await self._relay_whole(send, span, aspan, status, payload, received_at, watch)
             if resp.content_type != "text/event-stream":
@@ -392,18 +381,20 @@ class Gateway(RelayMixin):
             clean = outcome is None
             return outcome
         except asyncio.CancelledError:
+            # the watchdog (a deadline passed) or the client (it left) cut the attempt; else: shutdown
             if not take_cancellation(watch):
                 raise
             if watch.reason == "client_disconnect":
                 raise ClientGone() from None
-            raise AttemptFailed("timeout", status, True, phase=watch.phase) from None
+            raise AttemptFailed("timeout", resp.status if resp is not None else None, True, phase=watch.phase) from None
         finally:
             # A fully read response goes back to the pool; anything else closes its connection (the
             # replica sees the client leave and stops the request).
-            if clean:
-                resp.release()
-            else:
-                resp.close()
+            if resp is not None:
+                if clean:
+                    resp.release()
+                else:
+                    resp.close()
 
 
 def aspan_attempt(aspan) -> int:

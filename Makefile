@@ -4,13 +4,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test setup system-deps clean
+.PHONY: demo test test-faults setup system-deps clean
 
 demo: setup
 	$(BIN)/infercost demo $(ARGS)
 
 test: setup system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Fault injection (disk full on tmpfs, read-only store, kill -9 mid-write, store down at start):
+# prints acknowledged vs stored per fault. Needs root (mount, setpriv), as in CI.
+test-faults: setup
+	$(BIN)/python -m pytest tests/test_faults.py --faults -p no:cacheprovider $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

@@ -110,6 +110,8 @@ class Receiver:
         self.writer = BatchWriter(self.spool, sink if sink is not None else store, self._stats,
                                   batch_max_rows=config.batch_max_rows, batch_max_seconds=config.batch_max_seconds,
                                   batch_cap_rows=config.batch_cap_rows)
+        self.health_hooks: list = []  # callables returning '' or a reason /health reports as degraded
+        self.on_stop: list = []  # callables run by stop() first (e.g. a disk guard)
         self.retention_days = config.retention_days or 30
         self._retention_known = config.retention_days is not None
         self.registry = CollectorRegistry(auto_describe=False)
@@ -152,6 +154,11 @@ class Receiver:
             days = table_retention_days(self.store)
         except (StoreError, OSError, AttributeError) as exc:
             log.info("retention not read from the store yet (%s); using %d days", exc, self.retention_days)
+            if isinstance(exc, StoreError) and self._stats.inserts == 0:
+                # the store cannot answer now: say so from the start, not only after the first insert fails
+                self._stats.store_available = False
+                self._stats.store_reason = exc.reason or "unknown"
+                self._stats.last_error = redact(str(exc))
             return
         if days:
             self.retention_days = days
@@ -205,6 +212,11 @@ class Receiver:
         if self._stopped:
             return
         self._stopped = True
+        for hook in self.on_stop:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - stopping must go on
+                log.exception("stop hook failed")
         if self._server is not None:
             self._server.should_exit = True
             if self._thread is not None:
@@ -340,6 +352,9 @@ def create_app(receiver: Receiver) -> Starlette:
     async def health(request: Request) -> Response:
         s = receiver.stats
         status, reasons = s.health()
+        extra = [r for r in (hook() for hook in receiver.health_hooks) if r]
+        if extra:
+            status, reasons = "degraded", reasons + extra
         return JSONResponse({"status": status, "reasons": [redact(r) for r in reasons],
                              "store_available": s.store_available, "store_reason": s.store_reason,
                              "last_error": redact(s.last_error), "queue_rows": s.queue_rows,

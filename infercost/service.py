@@ -65,7 +65,8 @@ class Service:
         """Start the OTLP/HTTP receiver (and a scraper of ``scrape_targets`` feeding its writer)."""
         from infercost.commands.collector import receiver_config, start_collector
 
-        self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets)
+        self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets,
+                                                      min_free_disk_bytes=self.settings.min_free_disk_bytes)
         return self.receiver
 
     def start_review_schedule(self):

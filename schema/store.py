@@ -220,11 +220,29 @@ def connect(url: str, database: str = "infercost", *, create_database: bool = Tr
             client = clickhouse_connect.get_client(dsn=parsed.dsn, database=database, autogenerate_session_id=False)
     except (ClickHouseDriverError, OSError) as exc:
         hint, reason = "", classify_error(exc)[1]
-        if "Cannot lock file" in str(exc) or "already initialized" in str(exc):
+        if "Cannot lock file" in str(exc) or "already initialized" in str(exc) or _locked(parsed):
             hint = " (another process, or another path in this process, holds the embedded store: stop it or use a ClickHouse server URL)"
             reason = "locked"
         raise StoreUnavailable(f"cannot open store {url}: {str(exc).splitlines()[0]}{hint}", "connect", reason) from exc
     return Store(parsed, database, client)
+
+
+def _locked(url: StoreURL) -> bool:
+    """True when another process holds the embedded store's directory (the engine flocks ``status``)."""
+    if url.backend != "chdb" or url.path == ":memory:":
+        return False
+    import fcntl
+
+    try:
+        with open(Path(url.path) / "status", "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
 
 
 class LazyStore:

@@ -51,15 +51,25 @@ def parse_scrape(spec: str):
                         model=parts[3] if len(parts) > 3 else "")
 
 
-def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0):
+def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0,
+                    min_free_disk_bytes: int = 256 * 1024 * 1024, sink=None):
     """Start the receiver and (if targets) the scraper on ``store``; returns (receiver, scraper or None).
 
     Scraped rows go through the receiver's spool and batching writer (``Receiver.metrics_sink``).
+    With the embedded store, a :class:`schema.disk_guard.DiskGuard` pauses the cost jobs while the
+    store's disk has less than ``min_free_disk_bytes`` free (shown on ``/health``; stopped with the
+    receiver).
     """
     from collectors.receiver import Receiver
     from collectors.scraper import Scraper
+    from schema.disk_guard import DiskGuard
 
-    receiver = Receiver(config, store).start()
+    receiver = Receiver(config, store, sink=sink).start()
+    if getattr(store, "embedded", False) and store.url.path not in ("", ":memory:"):
+        guard = DiskGuard(store, store.url.path, min_free_disk_bytes).start()
+        receiver.health_hooks.append(lambda: (f"store disk nearly full ({guard.free_bytes} bytes free): cost jobs "
+                                              f"paused") if guard.low else "")
+        receiver.on_stop.append(guard.stop)
     scraper = None
     if targets:
         scraper = Scraper(list(targets), sink=receiver.metrics_sink, interval_s=scrape_interval_s).start()
@@ -98,7 +108,8 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
             click.echo(f"warning: store unavailable at start ({exc.reason or 'unknown'}): {exc}; accepting into "
                        f"the spool at {settings.spool_dir} and retrying every {store.retry_s:g} s", err=True)
         config = receiver_config(settings, host=host, port=port)
-        receiver, scraper = start_collector(store, config, targets, scrape_interval)
+        receiver, scraper = start_collector(store, config, targets, scrape_interval,
+                                            min_free_disk_bytes=settings.min_free_disk_bytes)
     except (StoreError, ValueError, RuntimeError, OSError) as exc:  # pydantic errors are ValueErrors
         raise click.ClickException(redact(str(exc))) from exc
     click.echo(f"OTLP/HTTP receiver on {receiver.url} (POST /v1/traces, /v1/metrics; GET /health, /metrics); "

@@ -169,7 +169,8 @@ class Receiver:
 
         Raises RuntimeError if the server does not come up within ``timeout_s`` (e.g. port in use).
         """
-        self._learn_retention()
+        if not self._retention_known:
+            self._learn_retention()
         self.writer.start()
         config = uvicorn.Config(self.app, host=self.config.host, port=self.config.port, log_level="warning",
                                 access_log=False, lifespan="off", timeout_graceful_shutdown=5)

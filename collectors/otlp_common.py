@@ -27,15 +27,15 @@ import zlib
 from decimal import Decimal
 from dataclasses import dataclass, field
 
+from collectors.otlp_limits import MAX_VALUE_DEPTH, TimeBounds, prune_json_values  # noqa: F401 (re-exported)
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 SUPPORTED_TYPES = (PROTOBUF, JSON)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # OTLP spec recommendation for the decompressed body
 MAX_ATTRIBUTE_VALUE_BYTES = 64 * 1024  # longer string/bytes attribute values are truncated
 MAX_ATTRIBUTE_KEY_BYTES = 1024  # longer attribute keys are truncated (keys are map keys: keep them small)
-MAX_VALUE_DEPTH = 1  # array/kvlist values nested deeper are stored as null (as the ingest view does)
 MAX_JSON_DEPTH = 200  # a JSON body nested deeper is refused (400) before it is parsed
-DATETIME64_MAX_NS = 9_223_372_036_854_775_807  # DateTime64(9) ends in 2262 (Int64 nanoseconds)
 
 # JSON keys of ids (OTLP JSON: hex strings, not base64) and their snake_case spellings.
 ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8, "trace_id": 16, "span_id": 8, "parent_span_id": 8}
@@ -258,70 +258,6 @@ def attributes_to_map(attributes) -> dict[str, str]:
 def truncate_utf8(text: str, max_bytes: int) -> str:
     """``text`` cut to at most ``max_bytes`` UTF-8 bytes, never inside a character."""
     return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
-
-
-@dataclass(frozen=True)
-class TimeBounds:
-    """Times (ns since the epoch) a span start / data point may have to be stored and kept.
-
-    ``oldest_ns``: older data would be dropped by the tables' TTL at insert (``retention_days``);
-    ``newest_ns``: later data is a clock error (``max_future_s`` ahead of now), capped at the end of
-    ClickHouse's DateTime64(9) range. Build with :meth:`around`.
-    """
-
-    oldest_ns: int
-    newest_ns: int
-    retention_days: int
-    max_future_s: float
-
-    @classmethod
-    def around(cls, now_ns: int, retention_days: int, max_future_s: float) -> "TimeBounds":
-        oldest = now_ns - int(retention_days) * 86_400 * 10**9
-        newest = min(now_ns + int(max_future_s * 1e9), DATETIME64_MAX_NS)
-        return cls(oldest, newest, int(retention_days), float(max_future_s))
-
-    def problem(self, start_ns: int, end_ns: int | None = None) -> str:
-        """'' when the times can be stored; else ``old`` or ``future``."""
-        if start_ns < self.oldest_ns:
-            return "old"
-        if start_ns > self.newest_ns or (end_ns is not None and end_ns > self.newest_ns):
-            return "future"
-        return ""
-
-    def describe(self, problem: str, count: int, what: str) -> str:
-        """A partial-success sentence for ``count`` ``what`` (spans, data points) with ``problem``."""
-        if problem == "old":
-            return (f"{count} {what} older than the {self.retention_days}-day retention "
-                    f"(before {_iso(self.oldest_ns)}; they would be dropped at insert)")
-        return f"{count} {what} dated more than {self.max_future_s:g} s in the future (after {_iso(self.newest_ns)})"
-
-
-def _iso(ns: int) -> str:
-    import datetime as _dt
-
-    seconds = max(min(ns // 10**9, 253_402_300_799), 0)
-    return _dt.datetime.fromtimestamp(seconds, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def prune_json_values(obj, depth: int = 0, limit: int = MAX_VALUE_DEPTH) -> int:
-    """In an OTLP JSON fragment, empty every ``arrayValue`` / ``kvlistValue`` nested more than ``limit``
-    levels inside an attribute value (stored as null, as the ingest view stores them); returns how many."""
-    pruned = 0
-    if isinstance(obj, dict):
-        for key in list(obj):
-            value = obj[key]
-            if key in ("arrayValue", "array_value", "kvlistValue", "kvlist_value"):
-                if depth >= limit + 1 and isinstance(value, (dict, list)):
-                    del obj[key]
-                    pruned += 1
-                    continue
-                pruned += prune_json_values(value, depth + 1, limit)
-            elif isinstance(value, (dict, list)):
-                pruned += prune_json_values(value, depth, limit)
-    elif isinstance(obj, list):
-        for item in obj:
-            pruned += prune_json_values(item, depth, limit)
-    return pruned
 
 
 @dataclass

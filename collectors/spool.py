@@ -41,48 +41,20 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+
+from collectors.spool_format import (FILE_MAGIC, HEADER, KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES,  # noqa: F401
+                                     KINDS, Record, SegmentReader, convert_legacy, encode_record)
+from collectors.spool_format import write_all as _write_all  # module-level: the fault suite replaces it
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"\xa5IC2"
-HEADER = struct.Struct("<4sIIBIQ")  # magic, payload length, crc32, kind, rows, newest_ns
-_FIELDS = struct.Struct("<IBIQ")  # the header fields the CRC covers (with the payload)
-_LEGACY_HEADER = struct.Struct("<IIBIQ")  # before the magic: length, crc32(payload), kind, rows, newest
-FILE_MAGIC = b"ICSPOOL2"
-MAX_RECORD_BYTES = 1 << 30  # a length beyond this is garbage, not a record
-KIND_TRACES = 1  # payload: ExportTraceServiceRequest protobuf
-KIND_METRICS = 2  # payload: ExportMetricsServiceRequest protobuf
-KIND_METRIC_ROWS = 3  # payload: JSON {"gauge": [...], "sum": [...], "histogram": [...]} (scraped rows)
-KINDS = (KIND_TRACES, KIND_METRICS, KIND_METRIC_ROWS)
 _SEGMENT_SUFFIX = ".seg"
 _INFLIGHT_BYTES = 256
-
-
-@dataclass(frozen=True)
-class Record:
-    """One spooled request: ``kind`` (KIND_*), payload, rows, newest time (ns).
-
-    ``segment`` / ``start`` / ``end`` locate it (``end`` is what :meth:`Spool.commit` advances to).
-    """
-
-    kind: int
-    payload: bytes
-    rows: int
-    newest_ns: int
-    segment: int
-    start: int
-    end: int
-
-    @property
-    def size(self) -> int:
-        return HEADER.size + len(self.payload)
 
 
 class SpoolFull(Exception):
@@ -95,85 +67,6 @@ class SpoolWriteError(OSError):
 
 class SpoolLocked(RuntimeError):
     """Another process (or receiver) already uses this spool directory."""
-
-
-def encode_record(kind: int, payload: bytes, rows: int, newest_ns: int) -> bytes:
-    """The header of a record (see module doc); the payload follows it."""
-    crc = zlib.crc32(payload, zlib.crc32(_FIELDS.pack(len(payload), kind, rows, newest_ns)))
-    return HEADER.pack(MAGIC, len(payload), crc, kind, rows, newest_ns)
-
-
-def _write_all(fd: int, header: bytes, payload: bytes) -> None:
-    """Write header + payload completely (loops over short writes); OSError on failure."""
-    view = memoryview(payload)
-    pending = [header, view] if payload else [header]
-    while pending:
-        written = os.writev(fd, pending)
-        if written <= 0:
-            raise OSError(28, "short write (0 bytes)")
-        while pending and written >= len(pending[0]):
-            written -= len(pending[0])
-            pending.pop(0)
-        if pending and written:
-            pending[0] = memoryview(pending[0])[written:]
-
-
-class _SegmentReader:
-    """Valid records of one segment file between two offsets, skipping invalid bytes (resync)."""
-
-    def __init__(self, path: Path, segment: int, start: int, end: int):
-        self.path, self.segment, self.start, self.end = path, segment, start, end
-        self.skipped = 0  # invalid bytes passed over
-        self.last_good = start  # end of the last valid record
-
-    def __iter__(self):
-        with open(self.path, "rb") as f:
-            offset = self.start
-            while offset + HEADER.size <= self.end:
-                record = self._record_at(f, offset)
-                if record is None:
-                    nxt = self._resync(f, offset + 1)
-                    if nxt is None:
-                        self.skipped += self.end - offset
-                        return
-                    self.skipped += nxt - offset
-                    offset = nxt
-                    continue
-                offset = record.end
-                self.last_good = offset
-                yield record
-            if offset < self.end:
-                self.skipped += self.end - offset
-
-    def _record_at(self, f, offset: int) -> Record | None:
-        f.seek(offset)
-        header = f.read(HEADER.size)
-        if len(header) < HEADER.size:
-            return None
-        magic, length, crc, kind, rows, newest = HEADER.unpack(header)
-        if magic != MAGIC or length > MAX_RECORD_BYTES or offset + HEADER.size + length > self.end \
-                or kind not in KINDS:
-            return None
-        payload = f.read(length)
-        if len(payload) < length or zlib.crc32(payload, zlib.crc32(_FIELDS.pack(length, kind, rows, newest))) != crc:
-            return None
-        return Record(kind, payload, rows, newest, self.segment, offset, offset + HEADER.size + length)
-
-    def _resync(self, f, offset: int) -> int | None:
-        """Offset of the next valid record at or after ``offset``, or None."""
-        window = 1 << 20
-        while offset + HEADER.size <= self.end:
-            f.seek(offset)
-            chunk = f.read(min(window, self.end - offset))
-            at = chunk.find(MAGIC)
-            while at >= 0:
-                if self._record_at(f, offset + at) is not None:
-                    return offset + at
-                at = chunk.find(MAGIC, at + 1)
-            if len(chunk) < window:
-                return None
-            offset += len(chunk) - len(MAGIC) + 1
-        return None
 
 
 class Spool:
@@ -249,7 +142,7 @@ class Spool:
             if segment == cursor_seg:
                 cursor_off = start
             size = self._path(segment).stat().st_size
-            reader = _SegmentReader(self._path(segment), segment, start, size)
+            reader = SegmentReader(self._path(segment), segment, start, size)
             for record in reader:
                 self.pending_rows += record.rows
                 self.pending_records += 1
@@ -310,24 +203,8 @@ class Spool:
         return head == FILE_MAGIC or len(head) == 0
 
     def _convert_legacy(self, segment: int, start: int) -> int:
-        """Rewrite a segment of the earlier record format (no magic) from ``start`` in the current one."""
-        path = self._path(segment)
-        data = path.read_bytes()
-        out = [FILE_MAGIC]
-        offset = start
-        while offset + _LEGACY_HEADER.size <= len(data):
-            length, crc, kind, rows, newest = _LEGACY_HEADER.unpack_from(data, offset)
-            payload = data[offset + _LEGACY_HEADER.size: offset + _LEGACY_HEADER.size + length]
-            if len(payload) < length or zlib.crc32(payload) != crc:
-                break
-            out += [encode_record(kind, payload, rows, newest), payload]
-            offset += _LEGACY_HEADER.size + length
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
-            f.write(b"".join(out))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        """Rewrite a segment of the earlier record format from ``start``; returns the new start offset."""
+        convert_legacy(self._path(segment), start)
         self._sync_dir()
         log.info("spool segment %d converted to the checksummed record format", segment)
         return len(FILE_MAGIC)
@@ -471,7 +348,7 @@ class Spool:
                 end = min(end, until[1])
             start = max(offset, len(FILE_MAGIC))
             if start < end:
-                for record in _SegmentReader(self._path(segment), segment, start, end):
+                for record in SegmentReader(self._path(segment), segment, start, end):
                     if out and (record.kind != out[0].kind or rows + record.rows > max_rows
                                 or size + len(record.payload) > max_bytes):
                         return out

@@ -79,7 +79,8 @@ def applied_versions(store: Store) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None) -> list[str]:
+def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None,
+            until: int | None = None) -> list[str]:
     """Apply every pending migration in order.
 
     Args:
@@ -87,6 +88,8 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         retention_days: TTL of raw spans and metric points, in days (> 0).
         directory: where the ``.sql`` files are.
         progress: optional callable(str) told about each applied file.
+        until: apply only versions up to this number (benchmarks compare a schema before and after
+            a migration); None = all.
 
     Returns:
         Names of the migrations applied now (empty when up to date).
@@ -99,7 +102,7 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
     done = applied_versions(store)
     applied = []
     for migration in discover(directory):
-        if migration.version in done:
+        if migration.version in done or (until is not None and migration.version > until):
             continue
         for index, statement in enumerate(migration.statements(retention_days), start=1):
             try:

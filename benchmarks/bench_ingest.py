@@ -24,7 +24,8 @@ Measured in one run, on the same engine, each into a freshly migrated database:
 
 ``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
 table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
-up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert,
+up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert
+by default: ``--batch-requests``,
 with the writer's token settings on the second) alternately, ``--reps`` times each, with the cost
 jobs and background merges stopped (so the process's CPU time is the inserts'); it prints the
 median CPU-seconds per insert of each and their ratio (interleaving cancels the drift of a shared
@@ -282,10 +283,12 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
     parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost")
+    parser.add_argument("--batch-requests", type=int, default=20,
+                        help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
     args = parser.parse_args()
     if args.dedup_cost:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
-            bench_dedup_cost(engine_dir, args.reps)
+            bench_dedup_cost(engine_dir, args.reps, args.batch_requests)
         return
     n_requests = max(1, args.spans // SPANS_PER_REQUEST)
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)

@@ -9,8 +9,9 @@ receiver itself loses nothing on a full disk (its spool answers 503, its writer 
 guard only has to keep refreshes from running then:
 
 * every ``interval_s`` it reads the free space of the store's directory;
-* below ``min_free_bytes`` it stops the refresh schedule (``SYSTEM STOP VIEW``, :func:`schema.jobs.stop`)
-  and reports ``low`` (the receiver's ``/health`` shows it);
+* below ``min_free_bytes`` it stops the refresh schedule (``SYSTEM STOP VIEW``, :func:`schema.jobs.stop`;
+  again every tick while low, so a part starting the jobs meanwhile is overruled) and reports
+  ``low`` (the receiver's ``/health`` shows it);
 * above twice that it starts the schedule again (only if it stopped it).
 
 A ClickHouse server manages its own disks; the guard runs for the embedded store only.
@@ -51,11 +52,12 @@ class DiskGuard:
             log.debug("disk usage of %s unreadable: %s", self.path, exc)
             return
         try:
-            if not self.low and self.free_bytes < self.min_free_bytes:
-                jobs.stop(self.store)
+            if self.free_bytes < self.min_free_bytes or (self.low and self.free_bytes < 2 * self.min_free_bytes):
+                jobs.stop(self.store)  # every tick while low: whoever starts the jobs meanwhile is overruled
+                if not self.low:
+                    log.warning("store disk nearly full (%d bytes free < %d): cost jobs paused until space returns",
+                                self.free_bytes, self.min_free_bytes)
                 self.low = True
-                log.warning("store disk nearly full (%d bytes free < %d): cost jobs paused until space returns",
-                            self.free_bytes, self.min_free_bytes)
             elif self.low and self.free_bytes >= 2 * self.min_free_bytes:
                 jobs.start(self.store)
                 self.low = False

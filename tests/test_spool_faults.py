@@ -220,3 +220,37 @@ def test_spool_replay_command_reinserts_quarantined_records(store, tmp_path):
     count = subprocess.run([sys.executable, str(Path(__file__).with_name("fault_receiver.py")), "count",
                             str(data / "clickhouse")], capture_output=True, text=True, env=env, timeout=120)
     assert json.loads(count.stdout.strip().splitlines()[-1])["distinct"] == 7
+
+
+def test_disk_guard_pauses_the_cost_jobs_on_a_nearly_full_disk(module_store, tmp_path, monkeypatch):
+    from collections import namedtuple
+
+    import schema.disk_guard as guard_mod
+    from schema import jobs
+
+    usage = namedtuple("usage", "total used free")
+    free = {"bytes": 100 << 20}
+    monkeypatch.setattr(guard_mod.shutil, "disk_usage", lambda path: usage(1 << 30, 0, free["bytes"]))
+    guard = guard_mod.DiskGuard(module_store, tmp_path, min_free_bytes=64 << 20)
+
+    def states(want_disabled: bool):
+        # the scheduler applies STOP / START VIEW asynchronously: wait for it to settle (at most 5 s)
+        deadline = time.monotonic() + 5
+        while True:
+            found = set(jobs.status(module_store)["status"])
+            if (found == {"Disabled"}) == want_disabled or time.monotonic() > deadline:
+                return found == {"Disabled"}
+            time.sleep(0.05)
+
+    guard.check()
+    assert not guard.low and not states(want_disabled=False)
+    free["bytes"] = 10 << 20
+    guard.check()
+    assert guard.low and states(want_disabled=True)
+    jobs.start(module_store)  # someone starts the jobs while the disk is still nearly full ...
+    free["bytes"] = 100 << 20  # ... and space comes back, but not twice the floor yet
+    guard.check()
+    assert guard.low and states(want_disabled=True)  # overruled: still paused
+    free["bytes"] = 200 << 20
+    guard.check()
+    assert not guard.low and not states(want_disabled=False)

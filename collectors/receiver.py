@@ -6,14 +6,15 @@ by the alerts area):
 ``ReceiverConfig``
     dataclass of plain values (host, port, ingest_token, max_body_bytes, max_attribute_bytes,
     batch_max_rows, batch_max_seconds, batch_cap_rows, queue_max_rows, spool_dir,
-    spool_max_bytes, retry_after_s, drain_timeout_s); every field documents its default.
+    spool_max_bytes, retry_after_s, drain_timeout_s, retention_days, max_future_skew_s); every
+    field documents its default.
 ``Receiver(config, store, sink=None)``
     ``.start()`` serves with uvicorn in a background thread and returns once listening
     (``.port`` is the bound port, also when 0 was asked); ``.stop()`` stops accepting, drains
     the writer (up to ``drain_timeout_s``) and is idempotent; ``.stats`` is a
     :class:`~collectors.stats.ReceiverStats` (received, stored, rejected, spooled_bytes,
-    queue_rows, newest_row_time_ns, store_available, ...); ``.flush()`` waits until everything
-    accepted is stored. ``sink`` (default: ``store``) is what the writer inserts through.
+    queue_rows, newest_row_time_ns, store_available, store_reason, ...); ``.flush()`` waits until
+    everything accepted is stored. ``sink`` (default: ``store``) is what the writer inserts through.
 ``Receiver.metrics_sink(rows)``
     the sink to give :class:`collectors.scraper.Scraper`: scraped rows are spooled and batched too.
 ``create_app(receiver)``
@@ -21,14 +22,22 @@ by the alerts area):
 
 Answers (OTLP specification, "OTLP/HTTP Response"), in the request's encoding (protobuf or JSON):
 
-* 200 ``Export…ServiceResponse`` — only after the accepted rows are fsync'ed in the spool (the
-  writer inserts them within ``batch_max_seconds``); with ``partial_success`` (rejected count
-  and a message naming the first problem) when some spans / points were invalid or truncated;
-* 400 ``google.rpc.Status`` for an undecodable body; 401 without the bearer token when
-  ``ingest_token`` is set; 413 above ``max_body_bytes`` after decompression; 415 for other
-  content types or encodings;
+* 200 ``Export…ServiceResponse`` — only after the accepted rows are written whole and fsync'ed in
+  the spool (the writer inserts them within ``batch_max_seconds``, or retries until the store
+  takes them); with ``partial_success`` (rejected count and a message naming the problems) when
+  some spans / points were invalid, older than the store's retention, dated in the future, or
+  truncated;
+* 400 ``google.rpc.Status`` for a malformed body (undecodable, wrong JSON types, nested too deep);
+  401 without the bearer token when ``ingest_token`` is set; 413 above ``max_body_bytes`` after
+  decompression; 415 for other content types or encodings;
 * 429 + ``Retry-After`` while ``queue_rows >= queue_max_rows`` (the store is slower than the
-  load); 503 + ``Retry-After`` when the spool is full (store down for long) or the disk fails.
+  load); 503 + ``Retry-After`` when the spool is full (store down for long) or cannot be written
+  (disk full, I/O error) — never a 200 for data that is not on disk.
+
+``GET /health``: 200 ``{"status": "ok" | "degraded", "reasons": [...], ...}`` — degraded while the
+store is unavailable (with the reason: out_of_space, read_only, unreachable ...), the spool cannot
+be written, the writer is not running, or records wait in quarantine. Full semantics:
+docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -61,6 +70,7 @@ from collectors.otlp_metrics import MetricRows
 from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Spool, SpoolFull
 from collectors.stats import ReceiverCollector, ReceiverStats
 from collectors.writer import BatchWriter
+from schema.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +95,8 @@ class ReceiverConfig:
     spool_max_bytes: int = 1024 * 1024 * 1024  # spool full -> 503
     retry_after_s: int = 2  # Retry-After of 429/503 answers, seconds
     drain_timeout_s: float = 30.0  # how long stop() keeps inserting what is spooled
+    retention_days: int | None = None  # None: the TTL of the store's otel_traces (read at start), else 30
+    max_future_skew_s: float = 3600.0  # spans / points dated further ahead than this are rejected
 
 
 class Receiver:
@@ -98,6 +110,10 @@ class Receiver:
         self.writer = BatchWriter(self.spool, sink if sink is not None else store, self._stats,
                                   batch_max_rows=config.batch_max_rows, batch_max_seconds=config.batch_max_seconds,
                                   batch_cap_rows=config.batch_cap_rows)
+        self.health_hooks: list = []  # callables returning '' or a reason /health reports as degraded
+        self.on_stop: list = []  # callables run by stop() first (e.g. a disk guard)
+        self.retention_days = config.retention_days or 30
+        self._retention_known = config.retention_days is not None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(ReceiverCollector(lambda: self.stats))
         self.app = create_app(self)
@@ -109,15 +125,52 @@ class Receiver:
     @property
     def stats(self) -> ReceiverStats:
         """The live stats, gauges refreshed from the spool (a copy: safe to keep)."""
-        self._stats.queue_rows = self.spool.pending_rows
-        self._stats.spooled_bytes = self.spool.pending_bytes
-        return replace(self._stats, requests=dict(self._stats.requests))
+        s = self._stats
+        s.queue_rows = self.spool.pending_rows
+        s.spooled_bytes = self.spool.pending_bytes
+        s.spool_write_errors = self.spool.write_errors
+        s.spool_skipped_bytes = self.spool.skipped_bytes
+        s.spool_cursor_error = self.spool.cursor_error
+        s.writer_alive = self.writer.alive or self._thread is None
+        return replace(s, requests=dict(s.requests))
+
+    def bounds(self) -> common.TimeBounds:
+        """Span / point times accepted now: the store's retention back, ``max_future_skew_s`` ahead."""
+        if not self._retention_known and self._stats.store_available:
+            self._learn_retention()
+        return common.TimeBounds.around(time.time_ns(), self.retention_days, self.config.max_future_skew_s)
+
+    def _learn_retention(self) -> None:
+        """Read the retention from the store's otel_traces TTL (what it would drop at insert); keep the
+        default when the store cannot say (down at start: asked again with the next request)."""
+        from schema.migrate import table_retention_days
+        from schema.store import StoreError
+
+        now = time.monotonic()
+        if now < getattr(self, "_retention_retry_at", 0.0):
+            return
+        self._retention_retry_at = now + 30.0
+        try:
+            days = table_retention_days(self.store)
+        except (StoreError, OSError, AttributeError) as exc:
+            log.info("retention not read from the store yet (%s); using %d days", exc, self.retention_days)
+            if isinstance(exc, StoreError) and self._stats.inserts == 0:
+                # the store cannot answer now: say so from the start, not only after the first insert fails
+                self._stats.store_available = False
+                self._stats.store_reason = exc.reason or "unknown"
+                self._stats.last_error = redact(str(exc))
+            return
+        if days:
+            self.retention_days = days
+        self._retention_known = True
 
     def start(self, timeout_s: float = 15.0) -> "Receiver":
         """Start the writer (which replays anything spooled) and the HTTP server; return once listening.
 
         Raises RuntimeError if the server does not come up within ``timeout_s`` (e.g. port in use).
         """
+        if not self._retention_known:
+            self._learn_retention()
         self.writer.start()
         config = uvicorn.Config(self.app, host=self.config.host, port=self.config.port, log_level="warning",
                                 access_log=False, lifespan="off", timeout_graceful_shutdown=5)
@@ -160,6 +213,11 @@ class Receiver:
         if self._stopped:
             return
         self._stopped = True
+        for hook in self.on_stop:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - stopping must go on
+                log.exception("stop hook failed")
         if self._server is not None:
             self._server.should_exit = True
             if self._thread is not None:
@@ -178,11 +236,15 @@ class Receiver:
         try:
             self.spool.append(kind, payload, rows, newest_ns)
         except SpoolFull as exc:
-            why = "store unavailable and " if not self._stats.store_available else ""
+            why = f"store unavailable ({self._stats.store_reason}) and " if not self._stats.store_available else ""
             return 503, f"{why}spool full ({exc}); retry later"
-        except OSError as exc:
-            log.error("spool write failed: %s", exc)
-            return 503, f"spool write failed: {exc}"
+        except OSError as exc:  # SpoolWriteError or any other disk error: nothing was accepted
+            self._stats.spool_last_write_error = f"{exc.strerror or exc}"
+            log.error("spool write failed, answering 503: %s", exc)
+            return 503, f"spool write failed ({exc.strerror or exc}); retry later"
+        if self._stats.spool_last_write_error:
+            log.info("spool writable again")
+            self._stats.spool_last_write_error = ""
         self.writer.notify()
         return None
 
@@ -236,12 +298,19 @@ def create_app(receiver: Receiver) -> Starlette:
             raw = await _read_body(request, config.max_body_bytes)
             encoding = request.headers.get("content-encoding")
             if signal == "traces":
-                prepared = await run_in_threadpool(_prepare, prepare_traces, raw, encoding, media, config)
+                prepared = await run_in_threadpool(_prepare, prepare_traces, raw, encoding, media, receiver)
             else:
-                prepared = await run_in_threadpool(_prepare, prepare_metrics, raw, encoding, media, config)
+                prepared = await run_in_threadpool(_prepare, prepare_metrics, raw, encoding, media, receiver)
         except common.OTLPRequestError as exc:
             stats.count_request(path, exc.status)
             return _status_response(exc.status, str(exc), media)
+        except ClientDisconnect:
+            stats.count_request(path, 499)  # the client left mid-body: nothing accepted, nobody to answer
+            return Response(status_code=400)
+        except Exception as exc:  # noqa: BLE001 - a body our decoder chokes on is still the body's problem
+            log.exception("unexpected error decoding a %s request; answered 400", signal)
+            stats.count_request(path, 400)
+            return _status_response(400, f"malformed OTLP {signal} request ({type(exc).__name__}: {exc})"[:1000], media)
         if prepared.accepted:
             refused = receiver._backpressure()
             if refused is None:
@@ -283,9 +352,16 @@ def create_app(receiver: Receiver) -> Starlette:
 
     async def health(request: Request) -> Response:
         s = receiver.stats
-        return JSONResponse({"status": "ok" if s.store_available else "degraded",
-                             "store_available": s.store_available, "queue_rows": s.queue_rows,
+        status, reasons = s.health()
+        extra = [r for r in (hook() for hook in receiver.health_hooks) if r]
+        if extra:
+            status, reasons = "degraded", reasons + extra
+        return JSONResponse({"status": status, "reasons": [redact(r) for r in reasons],
+                             "store_available": s.store_available, "store_reason": s.store_reason,
+                             "last_error": redact(s.last_error), "queue_rows": s.queue_rows,
                              "spool_bytes": s.spooled_bytes, "stored": s.stored,
+                             "quarantine_rows": s.quarantine_rows, "writer_restarts": s.writer_restarts,
+                             "retention_days": receiver.retention_days,
                              "newest_row_lag_seconds": round(s.newest_row_lag_seconds(), 3)})
 
     async def prometheus(request: Request) -> Response:
@@ -300,8 +376,9 @@ def create_app(receiver: Receiver) -> Starlette:
     return Starlette(routes=routes)
 
 
-def _prepare(prepare_fn, raw: bytes, encoding: str | None, media: str, config: ReceiverConfig):
+def _prepare(prepare_fn, raw: bytes, encoding: str | None, media: str, receiver: Receiver):
+    config = receiver.config
     body = common.decompress(raw, encoding, config.max_body_bytes)
     if prepare_fn is prepare_traces:
-        return prepare_traces(body, media, config.max_attribute_bytes)
-    return prepare_fn(body, media)
+        return prepare_traces(body, media, config.max_attribute_bytes, receiver.bounds())
+    return prepare_fn(body, media, receiver.bounds())

@@ -1,20 +1,39 @@
-"""The receiver's on-disk spool: an fsync'ed write-ahead log of accepted requests.
+"""The receiver's on-disk spool: an fsync'ed, checksummed write-ahead log of accepted requests.
 
-Position: collectors. Every request the receiver acknowledges is first appended here and
-fsync'ed (:meth:`Spool.append` returns only after ``fdatasync``); the batching writer reads
-records from the spool, inserts them, then advances a cursor (:meth:`Spool.commit`). Records
-not yet committed are replayed after a restart and whenever the store comes back, so an
-acknowledged span is never lost. Delivery is at-least-once: a crash between an insert and the
-cursor update re-inserts that batch after restart.
+Position: collectors. Every request the receiver acknowledges is first appended here and made
+durable (:meth:`Spool.append` returns only after the whole record is written and ``fdatasync``
+succeeded; any error raises, and the receiver answers 503 instead of 200). The batching writer
+reads records, inserts them, then advances a cursor (:meth:`Spool.commit`). Records not yet
+committed are replayed after a restart and whenever the store comes back. Delivery into the store
+is at-least-once; the store drops what it already holds (migration 0090, docs/reliability.md).
 
-Layout: ``<dir>/<000000000001>.seg`` segment files of records, rotated past ``segment_bytes``,
-deleted once fully committed; ``<dir>/cursor`` holds ``<segment> <offset>`` of the first
-uncommitted record. A record is a 21-byte header ``<IIBIQ`` (payload length, CRC-32 of the
-payload, kind, rows, newest timestamp ns) followed by the payload. A torn record at the tail of
-the last segment (crash mid-write, never acknowledged) is cut off when the spool is opened.
+Layout of ``<dir>``:
 
-Concurrent appends share one ``fdatasync`` (group commit): a caller whose record was covered by
-another caller's sync returns without syncing again.
+* ``<000000000001>.seg`` segment files: an 8-byte file magic ``ICSPOOL2`` then records, rotated
+  past ``segment_bytes`` and after any write error; deleted once fully committed;
+* ``cursor``: ``<segment> <offset>`` of the first uncommitted record (written atomically; if it
+  cannot be written — disk full — the cursor stays in memory and is written with the next commit,
+  and a restart in between replays a little more, which the store de-duplicates);
+* ``id``: this spool's random id (part of the writer's insert-deduplication tokens);
+* ``inflight``: a fixed-size, pre-allocated marker of the batch being inserted (rewritten in place,
+  so it never needs new disk space) — after a crash the writer replays exactly that batch with the
+  same token first;
+* ``lock``: flock'ed while a receiver owns the directory.
+
+A record is a 25-byte header ``<4sIIBIQ`` — magic ``\\xa5IC2``, payload length, CRC-32 (of the
+other header fields and the payload), kind, rows, newest timestamp (ns) — then the payload. A
+record is valid only if its magic, length and CRC all check. Opening the spool scans every
+uncommitted byte: invalid bytes (a torn write from a crash, a short write on a full disk) are
+skipped by searching for the next valid record, so a torn record never hides the records after
+it; torn bytes at the very end of the last segment are cut off.
+
+A write that fails half way (ENOSPC, EIO) is truncated back to the record's start; if even that
+fails the segment is closed at its last good record and the next append starts a new segment.
+Concurrent appends share one ``fdatasync`` (group commit); if it fails, every record it covered
+fails (no later sync is trusted to have written them: after an fsync error Linux may drop dirty
+pages and report success next time).
+
+Spools written by earlier versions (records without magic) are converted on open.
 """
 
 from __future__ import annotations
@@ -22,39 +41,28 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import struct
 import threading
 import time
+import uuid
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+
+from collectors.spool_format import (FILE_MAGIC, HEADER, KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES,  # noqa: F401
+                                     KINDS, Record, SegmentReader, convert_legacy, encode_record)
+from collectors.spool_format import write_all as _write_all  # module-level: the fault suite replaces it
 
 log = logging.getLogger(__name__)
 
-HEADER = struct.Struct("<IIBIQ")
-KIND_TRACES = 1  # payload: ExportTraceServiceRequest protobuf
-KIND_METRICS = 2  # payload: ExportMetricsServiceRequest protobuf
-KIND_METRIC_ROWS = 3  # payload: JSON {"gauge": [...], "sum": [...], "histogram": [...]} (scraped rows)
 _SEGMENT_SUFFIX = ".seg"
-
-
-@dataclass(frozen=True)
-class Record:
-    """One spooled request: ``kind`` (KIND_TRACES / KIND_METRICS), payload, rows, newest time (ns).
-
-    ``segment`` / ``end`` locate the byte after the record (what :meth:`Spool.commit` takes).
-    """
-
-    kind: int
-    payload: bytes
-    rows: int
-    newest_ns: int
-    segment: int
-    end: int
+_INFLIGHT_BYTES = 256
 
 
 class SpoolFull(Exception):
     """Appending would take the spool past its byte limit."""
+
+
+class SpoolWriteError(OSError):
+    """A record could not be made durable (disk full, I/O error): it was not accepted."""
 
 
 class SpoolLocked(RuntimeError):
@@ -62,12 +70,14 @@ class SpoolLocked(RuntimeError):
 
 
 class Spool:
-    """A bounded, fsync'ed append-only log of records (see module doc).
+    """A bounded, fsync'ed, checksummed append-only log of records (see module doc).
 
     Args:
         directory: where the segment files live (created if missing).
         max_bytes: bytes of uncommitted records beyond which :meth:`append` raises SpoolFull.
         segment_bytes: a segment is closed and a new one started past this size.
+
+    Raises SpoolLocked when another receiver holds ``directory``; OSError when it cannot be used.
     """
 
     def __init__(self, directory: Path | str, max_bytes: int, segment_bytes: int = 16 * 1024 * 1024):
@@ -78,14 +88,22 @@ class Spool:
         self._sync_lock = threading.Lock()
         self._seq = 0
         self._synced_seq = 0
+        self._failed_upto = 0  # records up to this seq were covered by a failed fdatasync
         self.pending_rows = 0
         self.pending_bytes = 0
         self.pending_records = 0
         self.pending_since = 0.0  # monotonic time the oldest pending record was appended (0: none)
-        self._ends: dict[int, int] = {}  # segment -> bytes of complete records
+        self.skipped_bytes = 0  # invalid bytes found (and passed over) when opening
+        self.write_errors = 0  # appends that failed (disk full, I/O error)
+        self.last_write_error = ""
+        self.cursor_error = ""  # why the cursor could not be written ('' when it is on disk)
+        self._ends: dict[int, int] = {}  # segment -> end of its last valid record
         self._cursor = (0, 0)
-        self._file = None
+        self._fd: int | None = None
         self._segment = 0
+        self._rotate = False
+        self.id = ""
+        self._inflight_fd: int | None = None
         self._open()
 
     # --- opening and replay ------------------------------------------------------------------
@@ -105,13 +123,8 @@ class Spool:
             self._lock_file.close()
             raise SpoolLocked(f"spool directory {self.directory} is in use by another receiver; "
                               f"give each receiver its own spool_dir") from None
-        cursor_seg, cursor_off = 0, 0
-        cursor_file = self.directory / "cursor"
-        if cursor_file.exists():
-            try:
-                cursor_seg, cursor_off = (int(x) for x in cursor_file.read_text().split())
-            except ValueError:
-                log.error("spool cursor %s unreadable; replaying every segment", cursor_file)
+        self.id = self._spool_id()
+        cursor_seg, cursor_off = self._read_cursor()
         segments = self._segments()
         for segment in segments:
             if segment < cursor_seg:
@@ -121,51 +134,97 @@ class Spool:
             cursor_seg, cursor_off = segments[0], 0
         for index, segment in enumerate(segments):
             start = cursor_off if segment == cursor_seg else 0
-            good_end, rows, records = self._scan(segment, start)
+            if not self._is_current_format(segment):
+                start = self._convert_legacy(segment, start)
+                if segment == cursor_seg:
+                    cursor_off = start
+            start = max(start, len(FILE_MAGIC))
+            if segment == cursor_seg:
+                cursor_off = start
             size = self._path(segment).stat().st_size
-            if good_end < size:
-                if index == len(segments) - 1:
-                    log.warning("spool segment %d: cutting %d bytes of a torn record", segment, size - good_end)
-                    with open(self._path(segment), "r+b") as f:
-                        f.truncate(good_end)
-                else:
-                    log.error("spool segment %d: %d corrupt bytes after offset %d skipped", segment, size - good_end,
-                              good_end)
-            self._ends[segment] = good_end
-            self.pending_rows += rows
-            self.pending_records += records
-            self.pending_bytes += good_end - start
+            reader = SegmentReader(self._path(segment), segment, start, size)
+            for record in reader:
+                self.pending_rows += record.rows
+                self.pending_records += 1
+                self.pending_bytes += record.size
+            if reader.skipped:
+                self.skipped_bytes += reader.skipped
+                log.error("spool segment %d: %d invalid bytes (torn or short writes) skipped; the valid records "
+                          "around them are kept", segment, reader.skipped)
+            if reader.last_good < size and index == len(segments) - 1:
+                log.warning("spool segment %d: cutting %d bytes after the last valid record", segment,
+                            size - reader.last_good)
+                with open(self._path(segment), "r+b") as f:
+                    f.truncate(reader.last_good)
+            self._ends[segment] = size if reader.last_good < size and index < len(segments) - 1 else reader.last_good
         self._cursor = (segments[0], cursor_off) if segments else (cursor_seg, cursor_off)
         if self.pending_records:
             self.pending_since = time.monotonic()
             log.info("spool %s: replaying %d records (%d rows) not yet in the store", self.directory,
                      self.pending_records, self.pending_rows)
-        self._segment = (segments[-1] + 1) if segments else max(cursor_seg, 1)
-        self._start_segment()
+        self._segment = (segments[-1] + 1) if segments else max(cursor_seg + 1, 1)
+        self._open_inflight()
+        try:
+            self._start_segment()
+        except OSError as exc:  # disk full at start: appends fail (503) until a segment can be created
+            self._note_write_error(exc)
+            self._rotate = True
 
-    def _scan(self, segment: int, offset: int) -> tuple[int, int, int]:
-        """(end of the last complete record, rows, records) from ``offset`` in ``segment``."""
-        rows = records = 0
+    def _spool_id(self) -> str:
+        path = self.directory / "id"
+        try:
+            value = path.read_text().strip()
+            if value:
+                return value
+        except FileNotFoundError:
+            pass
+        value = uuid.uuid4().hex[:16]
+        try:
+            tmp = self.directory / "id.tmp"
+            tmp.write_text(value + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:  # the id only has to be stable while this process runs
+            log.warning("cannot write the spool id file: %s", exc)
+        return value
+
+    def _read_cursor(self) -> tuple[int, int]:
+        cursor_file = self.directory / "cursor"
+        if cursor_file.exists():
+            try:
+                segment, offset = (int(x) for x in cursor_file.read_text().split())
+                return segment, offset
+            except ValueError:
+                log.error("spool cursor %s unreadable; replaying every segment", cursor_file)
+        return 0, 0
+
+    def _is_current_format(self, segment: int) -> bool:
         with open(self._path(segment), "rb") as f:
-            f.seek(offset)
-            while True:
-                header = f.read(HEADER.size)
-                if len(header) < HEADER.size:
-                    break
-                length, crc, _kind, n, _newest = HEADER.unpack(header)
-                payload = f.read(length)
-                if len(payload) < length or zlib.crc32(payload) != crc:
-                    break
-                offset += HEADER.size + length
-                rows += n
-                records += 1
-        return offset, rows, records
+            head = f.read(len(FILE_MAGIC))
+        return head == FILE_MAGIC or len(head) == 0
+
+    def _convert_legacy(self, segment: int, start: int) -> int:
+        """Rewrite a segment of the earlier record format from ``start``; returns the new start offset."""
+        convert_legacy(self._path(segment), start)
+        self._sync_dir()
+        log.info("spool segment %d converted to the checksummed record format", segment)
+        return len(FILE_MAGIC)
 
     def _start_segment(self) -> None:
         path = self._path(self._segment)
-        self._file = open(path, "ab", buffering=0)
-        self._ends.setdefault(self._segment, path.stat().st_size)
-        self._sync_dir()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                _write_all(fd, FILE_MAGIC, b"")
+                size = len(FILE_MAGIC)
+            self._sync_dir()
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        self._fd = fd
+        self._ends[self._segment] = size
+        self._rotate = False
 
     def _sync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
@@ -174,45 +233,105 @@ class Spool:
         finally:
             os.close(fd)
 
-    # --- writing -------------------------------------------------------------------------------
-    def append(self, kind: int, payload: bytes, rows: int, newest_ns: int = 0) -> None:
-        """Append one record and return after it is on disk (fdatasync).
+    def _open_inflight(self) -> None:
+        path = self.directory / "inflight"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < _INFLIGHT_BYTES:
+                os.pwrite(fd, b" " * _INFLIGHT_BYTES, 0)  # allocate once; later writes reuse the blocks
+            self._inflight_fd = fd
+        except OSError as exc:
+            log.warning("spool in-flight marker unavailable (%s): a crash during a failing insert may "
+                        "replay it under a new token", exc)
 
-        Raises SpoolFull when the uncommitted bytes would exceed ``max_bytes``; OSError on disk errors.
+    # --- writing -------------------------------------------------------------------------------
+    def _note_write_error(self, exc: OSError) -> None:
+        self.write_errors += 1
+        self.last_write_error = f"{exc.strerror or exc}"
+
+    def _rollover(self) -> None:
+        """Close the current segment (sync it) and start the next one (under ``_lock``). Raises OSError."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.fdatasync(fd)  # everything kept in the old segment is durable ...
+            except OSError as exc:
+                self._failed_upto = self._seq  # ... or nothing appended to it so far may be acknowledged
+                self._note_write_error(exc)
+            finally:
+                os.close(fd)
+        if self._path(self._segment).exists():
+            self._segment += 1  # never append after bytes a failed write may have left
+        self._start_segment()
+
+    def append(self, kind: int, payload: bytes, rows: int, newest_ns: int = 0) -> None:
+        """Append one record and return after it is on disk (written whole and fdatasync'ed).
+
+        Raises SpoolFull when the uncommitted bytes would exceed ``max_bytes``; SpoolWriteError when
+        the record could not be made durable (nothing of it counts as accepted).
         """
-        record = HEADER.pack(len(payload), zlib.crc32(payload), kind, rows, newest_ns) + payload
+        header = encode_record(kind, payload, rows, newest_ns)
+        size = len(header) + len(payload)
         with self._lock:
-            if self.pending_bytes + len(record) > self.max_bytes:
+            if self.pending_bytes + size > self.max_bytes:
                 raise SpoolFull(f"spool holds {self.pending_bytes} bytes; limit {self.max_bytes}")
-            if self._ends[self._segment] >= self.segment_bytes:
-                os.fdatasync(self._file.fileno())  # everything in the old segment is durable
-                self._file.close()
-                self._segment += 1
-                self._start_segment()
-            self._file.write(record)
-            self._ends[self._segment] += len(record)
+            try:
+                if self._rotate or self._fd is None or self._ends[self._segment] >= self.segment_bytes:
+                    self._rollover()
+            except OSError as exc:
+                self._note_write_error(exc)
+                self._rotate = True
+                raise SpoolWriteError(exc.errno, f"cannot start a spool segment: {exc.strerror or exc}") from exc
+            start = self._ends[self._segment]
+            try:
+                _write_all(self._fd, header, payload)
+            except OSError as exc:
+                self._note_write_error(exc)
+                self._undo(start)
+                raise SpoolWriteError(exc.errno, f"spool write failed: {exc.strerror or exc}") from exc
+            self._ends[self._segment] = start + size
             if not self.pending_records:
                 self.pending_since = time.monotonic()
             self.pending_rows += rows
-            self.pending_bytes += len(record)
+            self.pending_bytes += size
             self.pending_records += 1
             self._seq += 1
             seq = self._seq
         self._sync(seq)
 
+    def _undo(self, start: int) -> None:
+        """Cut a half-written record off (under ``_lock``); if that fails, leave the segment."""
+        try:
+            os.ftruncate(self._fd, start)
+        except OSError as exc:
+            log.error("spool: cannot cut a failed write back (%s); starting a new segment", exc)
+            self._rotate = True
+
     def _sync(self, seq: int) -> None:
         with self._sync_lock:
+            if seq <= self._failed_upto:
+                raise SpoolWriteError(5, "spool fdatasync failed for this record")
             if self._synced_seq >= seq:
                 return  # another caller's fdatasync covered this record
             with self._lock:
-                target, fileno = self._seq, self._file.fileno()
-            os.fdatasync(fileno)
+                target, fd = self._seq, self._fd
+            try:
+                if fd is None:
+                    raise OSError(5, "spool segment closed")
+                os.fdatasync(fd)
+            except OSError as exc:
+                self._failed_upto = target
+                with self._lock:
+                    self._note_write_error(exc)
+                    self._rotate = True  # never trust this file descriptor's later syncs
+                raise SpoolWriteError(exc.errno, f"spool fdatasync failed: {exc.strerror or exc}") from exc
             self._synced_seq = target
 
     # --- reading and committing ---------------------------------------------------------------
-    def read(self, max_rows: int, max_bytes: int = 256 * 1024 * 1024) -> list[Record]:
-        """Uncommitted records from the cursor on, all of one kind, up to ``max_rows`` rows
-        (at least one record) and ``max_bytes``. Does not advance the cursor."""
+    def read(self, max_rows: int, max_bytes: int = 256 * 1024 * 1024, until: tuple[int, int] | None = None) -> list[Record]:
+        """Uncommitted records from the cursor on, all of one kind, up to ``max_rows`` rows (at least
+        one record), ``max_bytes`` and (if given) the position ``until`` = (segment, end). Does not
+        advance the cursor."""
         out: list[Record] = []
         rows = size = 0
         segment, offset = self._cursor
@@ -225,18 +344,19 @@ class Spool:
             segment, offset = min(later), 0
         while segment in ends:
             end = ends[segment]
-            if offset < end:
-                with open(self._path(segment), "rb") as f:
-                    f.seek(offset)
-                    while offset < end:
-                        length, crc, kind, n, newest = HEADER.unpack(f.read(HEADER.size))
-                        if out and (kind != out[0].kind or rows + n > max_rows or size + length > max_bytes):
-                            return out
-                        payload = f.read(length)
-                        offset += HEADER.size + length
-                        out.append(Record(kind, payload, n, newest, segment, offset))
-                        rows += n
-                        size += length
+            if until is not None and segment == until[0]:
+                end = min(end, until[1])
+            start = max(offset, len(FILE_MAGIC))
+            if start < end:
+                for record in SegmentReader(self._path(segment), segment, start, end):
+                    if out and (record.kind != out[0].kind or rows + record.rows > max_rows
+                                or size + len(record.payload) > max_bytes):
+                        return out
+                    out.append(record)
+                    rows += record.rows
+                    size += len(record.payload)
+            if until is not None and segment >= until[0]:
+                break
             later = [s for s in ends if s > segment]
             if not later:
                 break
@@ -244,14 +364,20 @@ class Spool:
         return out
 
     def commit(self, batch: list[Record]) -> None:
-        """Mark ``batch`` (a list returned by :meth:`read`, now stored) as done; drop finished segments."""
+        """Mark ``batch`` (a list returned by :meth:`read`, now stored) as done; drop finished segments.
+
+        Never raises for a cursor that cannot be written (disk full): it stays in memory
+        (``cursor_error`` says why) and is written with a later commit.
+        """
         if not batch:
             return
         last = batch[-1]
         with self._lock:
             self.pending_rows -= sum(r.rows for r in batch)
             self.pending_records -= len(batch)
-            self.pending_bytes -= sum(HEADER.size + len(r.payload) for r in batch)
+            self.pending_bytes -= sum(r.size for r in batch)
+            if self.pending_records <= 0:
+                self.pending_rows = self.pending_records = self.pending_bytes = 0
             self._cursor = (last.segment, last.end)
             finished = [s for s in self._ends if s < last.segment]
             self.pending_since = time.monotonic() if self.pending_records else 0.0
@@ -259,22 +385,78 @@ class Spool:
         for s in finished:
             with self._lock:
                 self._ends.pop(s, None)
-            self._path(s).unlink(missing_ok=True)
+            try:
+                self._path(s).unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("cannot delete committed spool segment %d: %s", s, exc)
 
     def _write_cursor(self) -> None:
         tmp = self.directory / "cursor.tmp"
         segment, offset = self._cursor
-        with open(tmp, "w") as f:
-            f.write(f"{segment} {offset}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.directory / "cursor")
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{segment} {offset}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.directory / "cursor")
+        except OSError as exc:
+            if not self.cursor_error:
+                log.warning("spool cursor not written (%s): kept in memory; a restart now would replay "
+                            "already stored records, which the store drops as duplicates", exc)
+            self.cursor_error = f"{exc.strerror or exc}"
+            return
+        if self.cursor_error:
+            log.info("spool cursor written again")
+        self.cursor_error = ""
+
+    # --- the in-flight batch marker ------------------------------------------------------------
+    def token_for(self, batch: list[Record]) -> str:
+        """The insert-deduplication token of a batch: this spool's id and the batch's byte range."""
+        first, last = batch[0], batch[-1]
+        return f"infercost:{self.id}:{first.segment}:{first.start}-{last.segment}:{last.end}"
+
+    def mark_inflight(self, batch: list[Record]) -> None:
+        """Remember ``batch`` (its range) as being inserted, before the insert (best effort, no fsync:
+        a process crash keeps the page; only a power loss can lose it)."""
+        if self._inflight_fd is None or not batch:
+            return
+        first, last = batch[0], batch[-1]
+        body = f"{first.segment} {first.start} {last.segment} {last.end}"
+        line = f"{body} {zlib.crc32(body.encode())}\n".encode().ljust(_INFLIGHT_BYTES, b" ")
+        try:
+            os.pwrite(self._inflight_fd, line, 0)
+        except OSError as exc:
+            log.debug("in-flight marker not written: %s", exc)
+
+    def inflight(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """((segment, start), (segment, end)) of the batch marked in flight, if it starts at the
+        cursor (i.e. it was not committed), else None."""
+        if self._inflight_fd is None:
+            return None
+        try:
+            parts = os.pread(self._inflight_fd, _INFLIGHT_BYTES, 0).decode().split()
+            s_seg, s_off, e_seg, e_off, crc = (int(x) for x in parts[:5])
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        if zlib.crc32(f"{s_seg} {s_off} {e_seg} {e_off}".encode()) != crc:
+            return None
+        cursor = self._cursor if self._cursor[1] >= len(FILE_MAGIC) else (self._cursor[0], len(FILE_MAGIC))
+        if (s_seg, s_off) != cursor:
+            return None
+        return (s_seg, s_off), (e_seg, e_off)
 
     def close(self) -> None:
         """Sync and close the current segment, release the directory (idempotent)."""
         with self._lock:
-            if self._file is not None and not self._file.closed:
-                os.fdatasync(self._file.fileno())
-                self._file.close()
+            if self._fd is not None:
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    log.error("spool fdatasync at close failed: %s", exc)
+                os.close(self._fd)
+                self._fd = None
+            if self._inflight_fd is not None:
+                os.close(self._inflight_fd)
+                self._inflight_fd = None
             if not self._lock_file.closed:
                 self._lock_file.close()  # releases the flock

@@ -7,16 +7,27 @@ up to ``batch_cap_rows`` rows of one kind, inserts them in one statement
 and commits the spool cursor. Under load the batches grow towards the cap, which amortises the
 store's fixed per-insert cost (part creation, view planning).
 
-Failures:
+Every insert carries an ``insert_deduplication_token`` naming the batch's spool range
+(:meth:`collectors.spool.Spool.token_for`), and the batch is remembered in the spool's in-flight
+marker first. A batch whose insert failed is retried as the very same batch with the same token —
+in this process, or first thing after a restart — so a half-done insert is completed table by table
+without doubling anything (migration 0090; docs/reliability.md).
 
-* ``StoreUnavailable``: ``stats.store_available`` turns False; the batch stays in the spool and
-  is retried with back-off (0.25 s doubling to 5 s) until the store returns; the receiver keeps
-  accepting into the spool meanwhile.
-* ``StoreQueryError`` (the store refuses the data itself — not expected after validation): the
-  batch is retried record by record; a record that still fails is written to
-  ``<spool>/quarantine/`` with the error, counted in ``stats.quarantined_rows`` and logged,
-  never silently dropped.
+Failures (classified by :mod:`schema.store_errors`):
 
+* anything but a payload error (unreachable, timeout, out of space, read-only, permission,
+  too many parts, memory limit, missing table, an unexpected exception): ``stats.store_available``
+  turns False with ``stats.store_reason``; the batch stays in the spool and is retried with
+  back-off (0.25 s doubling to 5 s); the receiver keeps accepting into the spool until it is full
+  (then 503);
+* ``StorePayloadError`` (the store says the data itself does not parse) or a payload that no longer
+  decodes here: the batch is retried record by record; a record that fails alone with a payload
+  error is moved to ``<spool>/quarantine/`` (``.bin`` payload + ``.json`` kind, rows, error),
+  counted (``stats.quarantined_rows``, ``stats.quarantine_rows``) and logged, never dropped.
+  ``infercost spool replay`` puts quarantined records back (``<spool>/requeue/``, picked up here).
+
+The worker is supervised: an unexpected exception restarts the loop after a second
+(``stats.writer_restarts``, ``stats.writer_last_error``); the spool keeps every record meanwhile.
 The sink is any object with the store's ``raw_insert`` / ``insert`` methods, so a test can inject
 connection faults in front of a real store.
 """
@@ -33,14 +44,17 @@ from google.protobuf.message import DecodeError
 
 from collectors.ingest import insert_metric_rows, insert_trace_payloads
 from collectors.otlp_metrics import MetricRows, metric_rows
+from collectors.quarantine import Quarantine
 from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Record, Spool
 from collectors.stats import ReceiverStats
-from schema.store import StoreQueryError, StoreUnavailable
+from schema.redact import redact
+from schema.store import StorePayloadError
 
 log = logging.getLogger(__name__)
 
-# Errors that mean "this data cannot be stored", as opposed to "the store cannot be reached".
-_POISON = (StoreQueryError, ValueError, DecodeError)
+# Errors that mean "this data cannot be stored, ever" (as opposed to "not now").
+_POISON = (StorePayloadError, ValueError, DecodeError)
+_REQUEUE_EVERY_S = 2.0
 
 
 class BatchWriter:
@@ -54,6 +68,7 @@ class BatchWriter:
         self.batch_max_rows = batch_max_rows
         self.batch_max_seconds = batch_max_seconds
         self.batch_cap_rows = max(batch_cap_rows, batch_max_rows)
+        self.quarantine = Quarantine(Path(spool.directory))
         self._wake = threading.Condition()
         self._stopping = False
         self._drain_deadline = 0.0
@@ -61,11 +76,26 @@ class BatchWriter:
         self._backoff = 0.0
         self._batch_quarantined = 0
         self._flush_requested = False
+        self._retry: list[Record] | None = None  # a batch whose insert failed: retried as is
+        self._next_requeue = 0.0
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="infercost-writer", daemon=True)
+            self.stats.quarantine_rows, self.stats.quarantine_records = self.quarantine.count()
+            inflight = self.spool.inflight()
+            if inflight is not None:
+                batch = self.spool.read(self.batch_cap_rows * 4, until=inflight[1])
+                if batch and batch[-1].end == inflight[1][1] and batch[-1].segment == inflight[1][0]:
+                    self._retry = batch  # the batch a crash interrupted: same range, same token
+                    log.info("replaying the interrupted batch of %d records first", len(batch))
+            self._stopping = False
+            self._thread = threading.Thread(target=self._supervise, name="infercost-writer", daemon=True)
             self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        """True while the worker thread runs."""
+        return self._thread is not None and self._thread.is_alive()
 
     def notify(self) -> None:
         """Tell the writer that records were appended (wakes it early when a batch is full)."""
@@ -98,6 +128,19 @@ class BatchWriter:
         return not self.spool.pending_records
 
     # --- the worker ---------------------------------------------------------------------------
+    def _supervise(self) -> None:
+        while True:
+            try:
+                self._run()
+                return
+            except Exception as exc:  # noqa: BLE001 - the loop must survive anything; the spool keeps the data
+                self.stats.writer_restarts += 1
+                self.stats.writer_last_error = redact(f"{type(exc).__name__}: {exc}")
+                log.exception("writer loop failed; restarting it in 1 s (records stay spooled)")
+                if self._stopping and time.monotonic() > self._drain_deadline:
+                    return
+                time.sleep(1.0)
+
     def _due(self) -> bool:
         pending = self.spool.pending_records
         if not pending:
@@ -106,35 +149,52 @@ class BatchWriter:
             return True
         return time.monotonic() - self.spool.pending_since >= self.batch_max_seconds
 
+    def _requeue(self) -> None:
+        """Append records ``infercost spool replay`` put in ``<spool>/requeue/`` (every few seconds)."""
+        now = time.monotonic()
+        if now < self._next_requeue:
+            return
+        self._next_requeue = now + _REQUEUE_EVERY_S
+        moved = self.quarantine.drain_requeue(self.spool)
+        if moved:
+            self.stats.quarantine_rows, self.stats.quarantine_records = self.quarantine.count()
+            log.info("re-queued %d quarantined record(s) for insertion", moved)
+
     def _run(self) -> None:
         while True:
             with self._wake:
-                while not self._due():
+                while not self._due() and self._retry is None:
                     if self._stopping:
                         return
+                    self._requeue()
                     if self.spool.pending_records:
                         wait = self.batch_max_seconds - (time.monotonic() - self.spool.pending_since)
                     else:
-                        wait = self.batch_max_seconds
+                        wait = min(self.batch_max_seconds, _REQUEUE_EVERY_S)
                     self._wake.wait(max(0.005, wait))
             if self._stopping and time.monotonic() > self._drain_deadline:
                 log.warning("writer stopping with %d rows still spooled (kept for the next start)",
                             self.spool.pending_rows)
                 return
-            try:
-                batch = self.spool.read(self.batch_cap_rows)
-            except OSError:
-                log.exception("cannot read the spool; retrying")
-                time.sleep(1.0)
-                continue
-            if not batch:
-                time.sleep(0.01)
-                continue
+            batch = self._retry
+            if batch is None:
+                try:
+                    batch = self.spool.read(self.batch_cap_rows)
+                except OSError:
+                    log.exception("cannot read the spool; retrying")
+                    time.sleep(1.0)
+                    continue
+                if not batch:
+                    time.sleep(0.01)
+                    continue
+                self.spool.mark_inflight(batch)
             if self._write(batch):
+                self._retry = None
                 self._account(batch)  # before the commit, so flush() never sees an empty spool early
                 self.spool.commit(batch)
                 self._backoff = 0.0
             else:
+                self._retry = batch  # the same records under the same token next time
                 self._backoff = min(5.0, max(0.25, self._backoff * 2))
                 with self._wake:
                     wait = self._backoff
@@ -146,69 +206,73 @@ class BatchWriter:
                             return
                     self._wake.wait(wait)
 
-    def _insert(self, batch: list[Record]) -> None:
+    def _insert(self, batch: list[Record], token: str) -> None:
+        settings = {"insert_deduplication_token": token, "deduplicate_blocks_in_dependent_materialized_views": 1}
         if batch[0].kind == KIND_TRACES:
-            insert_trace_payloads(self.sink, [r.payload for r in batch], tag="writer.traces")
+            insert_trace_payloads(self.sink, [r.payload for r in batch], tag="writer.traces", settings=settings)
         elif batch[0].kind == KIND_METRICS:
             rows = MetricRows()
             for record in batch:
                 rows.extend(metric_rows(record.payload))
-            insert_metric_rows(self.sink, rows, tag="writer.metrics")
+            insert_metric_rows(self.sink, rows, tag="writer.metrics", settings=settings)
         elif batch[0].kind == KIND_METRIC_ROWS:
             rows = MetricRows()
             for record in batch:
                 doc = json.loads(record.payload)
                 rows.extend(MetricRows(gauge=doc["gauge"], sum=doc["sum"], histogram=doc["histogram"]))
-            insert_metric_rows(self.sink, rows, tag="writer.scraped")
+            insert_metric_rows(self.sink, rows, tag="writer.scraped", settings=settings)
         else:
-            raise StoreQueryError(f"unknown spool record kind {batch[0].kind}", "writer")
+            raise ValueError(f"unknown spool record kind {batch[0].kind}")
+
+    def _unavailable(self, exc: BaseException) -> None:
+        reason = getattr(exc, "reason", "") or type(exc).__name__
+        message = redact(str(exc))
+        if self.stats.store_available or self.stats.store_reason != reason:
+            log.warning("store unavailable (%s), spooling and retrying: %s", reason, message)
+        self.stats.store_available = False
+        self.stats.store_reason = reason
+        self.stats.last_error = message
 
     def _write(self, batch: list[Record]) -> bool:
-        """Insert a batch; True when it is stored (or quarantined), False to retry later."""
+        """Insert a batch; True when it is stored (or its bad records quarantined), False to retry later."""
         start = time.perf_counter()
         self._batch_quarantined = 0
+        token = self.spool.token_for(batch)
         try:
-            self._insert(batch)
-        except StoreUnavailable as exc:
-            if self.stats.store_available:
-                log.warning("store unavailable, spooling: %s", exc)
-            self.stats.store_available = False
-            self.stats.last_error = str(exc)
-            return False
-        except Exception as exc:  # noqa: BLE001 - anything else: keep the data, keep the thread, retry later
-            if not isinstance(exc, _POISON):
-                log.exception("unexpected error inserting a batch; it stays spooled and is retried")
-                self.stats.store_available = False
-                self.stats.last_error = f"{type(exc).__name__}: {exc}"
-                return False
+            self._insert(batch, token)
+        except _POISON as exc:
             # the store refused the data itself, or a payload no longer decodes: isolate the culprit
-            log.error("store refused a batch of %d records (%s); retrying one by one", len(batch), exc)
-            for record in batch:
+            log.error("store refused a batch of %d records (%s); retrying one by one", len(batch), redact(exc))
+            for index, record in enumerate(batch):
                 try:
-                    self._insert([record])
-                except StoreUnavailable as exc2:
-                    self.stats.store_available = False
-                    self.stats.last_error = str(exc2)
-                    return False  # partly inserted: at-least-once, the rest is retried later
+                    self._insert([record], f"{token}/{index}")
                 except _POISON as exc2:
-                    self._quarantine(record, str(exc2))
-        else:
-            if not self.stats.store_available:
-                log.info("store is back; spool draining")
-            self.stats.store_available = True
+                    try:
+                        self._quarantine(record, redact(str(exc2)))
+                    except OSError as exc3:  # cannot set it aside (disk full): keep the batch spooled
+                        self._unavailable(exc3)
+                        return False
+                except Exception as exc2:  # noqa: BLE001 - not the record's fault: retry the batch later
+                    self._unavailable(exc2)
+                    return False  # partly inserted: the store drops what it already holds on the retry
+        except Exception as exc:  # noqa: BLE001 - any other failure: keep the data, retry later
+            self._unavailable(exc)
+            return False
+        if not self.stats.store_available:
+            log.info("store is back; spool draining")
+        self.stats.store_available = True
+        self.stats.store_reason = ""
         self.stats.inserts += 1
         self.stats.insert_seconds += time.perf_counter() - start
         return True
 
     def _quarantine(self, record: Record, error: str) -> None:
-        folder = Path(self.spool.directory) / "quarantine"
-        folder.mkdir(parents=True, exist_ok=True)
-        stem = folder / f"{time.time_ns()}-{record.kind}"
-        stem.with_suffix(".bin").write_bytes(record.payload)
-        stem.with_suffix(".txt").write_text(error + "\n")
+        path = self.quarantine.put(record, error)
         self.stats.quarantined_rows += record.rows
+        self.stats.quarantine_rows += record.rows
+        self.stats.quarantine_records += 1
         self._batch_quarantined += record.rows
-        log.error("quarantined %d rows to %s: %s", record.rows, stem, error)
+        log.error("quarantined %d rows to %s: %s (replay with `infercost spool replay`)", record.rows, path, error)
 
     def _account(self, batch: list[Record]) -> None:
         rows = sum(r.rows for r in batch) - self._batch_quarantined

@@ -14,6 +14,7 @@ import click
 COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("migrate", "Create or upgrade the ClickHouse schema (idempotent)."),
     "collector": ("collector", "Run the OTLP/HTTP receiver (and the vLLM /metrics scraper)."),
+    "spool": ("spool", "The receiver's spool: status, replay of quarantined records."),
     "emulate": ("emulate", "Run emulated vLLM replicas (live HTTP, or virtual time)."),
     "gateway": ("gateway", "Run the instrumented OpenAI-compatible gateway in front of replicas."),
     "load": ("load", "Drive agentic task workloads (chat, copilot, research agent) from real traces."),
@@ -49,6 +50,9 @@ def main():
 
     Settings come from INFERCOST_* environment variables (see the README); flags override them.
     """
+    from schema.redact import install_log_redaction
+
+    install_log_redaction()  # no log line of any command shows a credential
 
 
 if __name__ == "__main__":

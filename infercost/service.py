@@ -26,7 +26,9 @@ def open_store(settings: Settings, echo=print):
     store = connect(settings.store_url, settings.database)
     applied = migrate(store, settings.retention_days)
     if applied:
-        echo(f"schema: applied {len(applied)} migration(s) in {settings.store_url}")
+        from schema.redact import redact
+
+        echo(f"schema: applied {len(applied)} migration(s) in {redact(settings.store_url)}")
     return store
 
 
@@ -68,7 +70,8 @@ class Service:
         """Start the OTLP/HTTP receiver (and a scraper of ``scrape_targets`` feeding its writer)."""
         from infercost.commands.collector import receiver_config, start_collector
 
-        self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets)
+        self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets,
+                                                      min_free_disk_bytes=self.settings.min_free_disk_bytes)
         return self.receiver
 
     def start_review_schedule(self):

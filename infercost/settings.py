@@ -43,6 +43,8 @@ class Settings(BaseSettings):
     batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
     queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")
     spool_max_bytes: int = Field(1024 * 1024 * 1024, ge=0, description="On-disk spool cap (store down); beyond it: 503.")
+    min_free_disk_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Embedded store: below this much free disk the cost jobs pause (a refresh on a full disk can break a table definition).")
+    max_future_skew_s: float = Field(3600.0, gt=0, description="Spans / metric points dated further ahead are rejected (partial_success).")
 
     fleet_file: Path = Field(Path("fleet.yaml"), description="GPU prices, replica inventory, weights, SLOs.")
     dashboard_host: str = Field("127.0.0.1", description="Dashboard bind address.")
@@ -95,6 +97,17 @@ class Settings(BaseSettings):
         return self.data_dir / "service.json"
 
 
+    def register_secrets(self) -> None:
+        """Tell :mod:`schema.redact` the secret values among these settings, so no output shows them."""
+        from schema.redact import register_secret
+
+        for value in (self.ingest_token, self.review_smtp_password, self.review_webhook_url):
+            register_secret(value)
+
+
 def load_settings(**overrides) -> Settings:
-    """Settings from the environment, with explicit overrides (CLI flags) on top."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    """Settings from the environment, with explicit overrides (CLI flags) on top; their secret values
+    are registered for redaction."""
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    settings.register_secrets()
+    return settings

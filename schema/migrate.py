@@ -79,7 +79,8 @@ def applied_versions(store: Store) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None) -> list[str]:
+def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None,
+            until: int | None = None) -> list[str]:
     """Apply every pending migration in order.
 
     Args:
@@ -87,6 +88,8 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         retention_days: TTL of raw spans and metric points, in days (> 0).
         directory: where the ``.sql`` files are.
         progress: optional callable(str) told about each applied file.
+        until: apply only versions up to this number (benchmarks compare a schema before and after
+            a migration); None = all.
 
     Returns:
         Names of the migrations applied now (empty when up to date).
@@ -99,7 +102,7 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
     done = applied_versions(store)
     applied = []
     for migration in discover(directory):
-        if migration.version in done:
+        if migration.version in done or (until is not None and migration.version > until):
             continue
         for index, statement in enumerate(migration.statements(retention_days), start=1):
             try:
@@ -115,3 +118,20 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         if progress:
             progress(migration.name)
     return applied
+
+
+_TTL_DAYS = re.compile(r"toIntervalDay\((\d+)\)|INTERVAL\s+(\d+)\s+DAY", re.IGNORECASE)
+
+
+def table_retention_days(store: Store, table: str = "otel_traces") -> int | None:
+    """The retention (days) in ``table``'s TTL as the store has it, or None (no table, no TTL).
+
+    The migrations write ``{{retention_days}}`` into the TTL once; a later change of the setting
+    does not alter existing tables, so the receiver asks the store rather than the settings which
+    data would be dropped at insert. Raises StoreError.
+    """
+    sql = (Path(__file__).parent / "table_ttl.sql").read_text()
+    text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
+    ttl = text.split(" TTL ", 1)[1] if " TTL " in text else ""
+    match = _TTL_DAYS.search(ttl)
+    return int(match.group(1) or match.group(2)) if match else None

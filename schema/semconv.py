@@ -74,6 +74,9 @@ GATEWAY_UPSTREAM_STATUS = "gateway.upstream.status_code"  # HTTP status from the
 GATEWAY_TOKENS_STREAMED = "gateway.tokens_streamed"  # output tokens relayed before the end/break
 GATEWAY_ADMISSION = "gateway.admission"  # admitted | rejected
 GATEWAY_ATTEMPT = "gateway.attempt"  # 1.. within the gateway's own retries
+GATEWAY_TIMEOUT_PHASE = "gateway.timeout.phase"  # connect | first_byte | chunk | response (error.type timeout)
+GATEWAY_OUTLIER_EJECTED = "gateway.outlier.ejected"  # true on the attempt whose failure ejected its replica
+GATEWAY_OUTLIER_EJECTION_S = "gateway.outlier.ejection_s"  # seconds the replica is ejected for
 
 # --- Client span ---------------------------------------------------------------------------
 CLIENT_TOKENS_RECEIVED = "gen_ai.client.tokens_received"  # output tokens seen before the end/break

@@ -6,7 +6,8 @@ writes ClickHouse goes through :class:`Store`; it
 * opens the backend named by a URL (``chdb://<dir>``, ``chdb://memory``, ``http(s)://…``),
 * creates our database with ``ENGINE = Atomic`` (refreshable materialized views need it on chDB),
 * tags every call with ``log_comment`` (visible in ``system.query_log``) and times it,
-* retries only transient errors (network, server overload) and raises typed errors.
+* retries only transient errors (network, server overload) and raises typed errors
+  (:mod:`schema.store_errors`: unavailable with a reason, payload, query).
 
 chDB allows one engine path per process (a second path raises); clients on the same path share
 the data, and each client keeps its own current database, which is how tests isolate themselves.
@@ -24,31 +25,15 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import urlparse
 
 import clickhouse_connect
-from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 from clickhouse_connect.driver.exceptions import Error as ClickHouseDriverError
+
+from schema.redact import redact
+from schema.store_errors import (RETRY_IN_CALL, StoreError, StorePayloadError, StoreQueryError,  # noqa: F401 (re-exported)
+                                 StoreUnavailable, classify_error)
 
 log = logging.getLogger(__name__)
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-# ClickHouse error codes that are worth retrying: TIMEOUT_EXCEEDED, TOO_MANY_SIMULTANEOUS_QUERIES,
-# NETWORK_ERROR, SOCKET_TIMEOUT, TOO_MANY_PARTS, MEMORY_LIMIT_EXCEEDED (server-wide), ALL_CONNECTION_TRIES_FAILED.
-_TRANSIENT_CODES = {159, 202, 210, 209, 252, 241, 279}
-
-
-class StoreError(Exception):
-    """Base of the store's typed errors. ``tag`` names the call that failed."""
-
-    def __init__(self, message: str, tag: str = ""):
-        super().__init__(f"[{tag}] {message}" if tag else message)
-        self.tag = tag
-
-
-class StoreUnavailable(StoreError):
-    """The store cannot be reached or is overloaded; callers answer with back-pressure."""
-
-
-class StoreQueryError(StoreError):
-    """The store rejected a statement (syntax, types, missing table): not retried."""
 
 
 def validate_identifier(name: str) -> str:
@@ -70,18 +55,6 @@ class StoreStats:
     retries: int = 0
     seconds: float = 0.0
     by_tag: dict[str, float] = field(default_factory=dict)
-
-
-def _error_code(exc: BaseException) -> int | None:
-    match = re.search(r"Code: (\d+)", str(exc))
-    return int(match.group(1)) if match else None
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, OperationalError):
-        return True
-    code = _error_code(exc)
-    return code in _TRANSIENT_CODES
 
 
 @dataclass(frozen=True)
@@ -145,28 +118,15 @@ class Store:
                     with self._lock:
                         return fn(*args, settings=settings, **kwargs)
                 return fn(*args, settings=settings, **kwargs)
-            except ClickHouseDriverError as exc:
-                transient = _is_transient(exc)
-                if transient and attempt < self.retries:
+            except (ClickHouseDriverError, ConnectionError, OSError, TimeoutError) as exc:
+                kind, reason = classify_error(exc)
+                if kind is StoreUnavailable and reason in RETRY_IN_CALL and attempt < self.retries:
                     attempt += 1
                     self.stats.retries += 1
                     time.sleep(0.2 * 2**attempt)
                     continue
                 self.stats.errors += 1
-                message = str(exc).split("\n")[0][:2000]
-                if transient:
-                    raise StoreUnavailable(message, tag) from exc
-                if isinstance(exc, DatabaseError) or _error_code(exc) is not None:
-                    raise StoreQueryError(message, tag) from exc
-                raise StoreUnavailable(message, tag) from exc
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                if attempt < self.retries:
-                    attempt += 1
-                    self.stats.retries += 1
-                    time.sleep(0.2 * 2**attempt)
-                    continue
-                self.stats.errors += 1
-                raise StoreUnavailable(str(exc), tag) from exc
+                raise kind(str(exc).split("\n")[0][:2000], tag, reason) from exc
             finally:
                 elapsed = time.perf_counter() - start
                 self.stats.calls += 1
@@ -258,9 +218,97 @@ def connect(url: str, database: str = "infercost", *, create_database: bool = Tr
                 boot.command(f"CREATE DATABASE IF NOT EXISTS `{database}` ENGINE = Atomic")
                 boot.close()
             client = clickhouse_connect.get_client(dsn=parsed.dsn, database=database, autogenerate_session_id=False)
-    except ClickHouseDriverError as exc:
-        hint = ""
-        if "Cannot lock file" in str(exc) or "already initialized" in str(exc):
+    except (ClickHouseDriverError, OSError) as exc:
+        hint, reason = "", classify_error(exc)[1]
+        if "Cannot lock file" in str(exc) or "already initialized" in str(exc) or _locked(parsed):
             hint = " (another process, or another path in this process, holds the embedded store: stop it or use a ClickHouse server URL)"
-        raise StoreUnavailable(f"cannot open store {url}: {str(exc).splitlines()[0]}{hint}", "connect") from exc
+            reason = "locked"
+        raise StoreUnavailable(f"cannot open store {url}: {str(exc).splitlines()[0]}{hint}", "connect", reason) from exc
     return Store(parsed, database, client)
+
+
+def _locked(url: StoreURL) -> bool:
+    """True when another process holds the embedded store's directory (the engine flocks ``status``)."""
+    if url.backend != "chdb" or url.path == ":memory:":
+        return False
+    import fcntl
+
+    try:
+        with open(Path(url.path) / "status", "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+class LazyStore:
+    """A store connected on first use — and again after a failed attempt — for a process that must run
+    while the store is down (the OTLP collector: it accepts into its spool and drains once connected).
+
+    Every :class:`Store` method is delegated to the connected store; until the store can be reached
+    each call raises :class:`StoreUnavailable` (connection attempts at most every ``retry_s``
+    seconds). ``on_connect(store)`` runs once after connecting (the migrations); if it fails the
+    connection is dropped and retried later. ``embedded`` is known from the URL without connecting.
+    Raises ValueError at construction for a malformed URL.
+    """
+
+    def __init__(self, url: str, database: str = "infercost", on_connect=None, retry_s: float = 5.0):
+        self.url = StoreURL.parse(url)
+        self._raw_url = url
+        self.database = validate_identifier(self.url.database or database)
+        self._on_connect = on_connect
+        self.retry_s = retry_s
+        self._store: Store | None = None
+        self._next_try = 0.0
+        self._last_error: StoreError | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def embedded(self) -> bool:
+        return self.url.backend == "chdb"
+
+    @property
+    def connected(self) -> bool:
+        return self._store is not None
+
+    def get(self) -> Store:
+        """The connected store; raises StoreUnavailable (the last connection error) until it is reachable."""
+        store = self._store
+        if store is not None:
+            return store
+        with self._lock:
+            if self._store is not None:
+                return self._store
+            now = time.monotonic()
+            if now < self._next_try and self._last_error is not None:
+                raise StoreUnavailable(str(self._last_error), "connect", self._last_error.reason)
+            self._next_try = now + self.retry_s
+            try:
+                store = connect(self._raw_url, self.database)
+            except StoreError as exc:
+                self._last_error = exc
+                raise
+            try:
+                if self._on_connect is not None:
+                    self._on_connect(store)
+            except Exception as exc:  # noqa: BLE001 - e.g. a migration failing while the server starts up
+                store.close()
+                self._last_error = StoreUnavailable(f"connected, but start-up failed: {exc}", "connect",
+                                                    getattr(exc, "reason", "") or "schema_missing")
+                raise self._last_error from exc
+            self._store, self._last_error = store, None
+            log.info("store connected: %s", redact(self._raw_url))
+            return store
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.get(), name)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()

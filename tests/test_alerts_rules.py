@@ -218,11 +218,14 @@ def test_ingestion_lag_and_receiver_stats(store):
     assert rejected is None
 
     stats = SimpleNamespace(received=10, stored=7, rejected=3, spooled_bytes=64 * 1024 * 1024, queue_rows=0,
-                            newest_row_time_ns=0, store_available=False)
+                            newest_row_time_ns=0, store_available=False, store_reason="out_of_space",
+                            quarantine_rows=12)
     out = {s.key: s for s in rules_health.ingestion_from_inputs(T0, newest, stats, 1, cfg.ingestion)}
     assert out["rejected"].level is Level.FIRE and out["rejected"].figures["rejected_new"] == 2
     assert out["spooled"].level is Level.FIRE
+    assert out["quarantined"].level is Level.FIRE and out["quarantined"].figures == {"quarantine_rows": 12}
     assert out["store_unavailable"].level is Level.FIRE and out["store_unavailable"].severity == "critical"
+    assert "(out_of_space)" in out["store_unavailable"].summary
     # Every accepted request passes through the spool: a small backlog is normal, not an alert.
     calm = SimpleNamespace(rejected=3, spooled_bytes=64 * 1024 * 1024 - 1, store_available=True)
     out = {s.key: s for s in rules_health.ingestion_from_inputs(T0, {"newest_span": None, "newest_metric": None},

@@ -114,3 +114,23 @@ def test_every_grafana_panel_query_runs_on_the_store(store):
         expanded = expanded.replace("$__interval_s", "60").replace("$__fromTime", frm).replace("$__toTime", to)
         assert "$__" not in expanded
         store.query(expanded, tag="test.grafana")
+
+
+def test_clickhouse_system_logs_are_bounded_or_off():
+    import xml.etree.ElementTree as ET
+
+    clickhouse = _compose()["services"]["clickhouse"]
+    assert "./clickhouse/system-logs.xml:/etc/clickhouse-server/config.d/system-logs.xml:ro" in clickhouse["volumes"]
+    root = ET.parse(DOCKER / "clickhouse" / "system-logs.xml").getroot()
+    kept = {e.tag: e.findtext("ttl") for e in root if e.get("remove") != "1"}
+    removed = {e.tag for e in root if e.get("remove") == "1"}
+    assert all(ttl and "DELETE" in ttl and "INTERVAL" in ttl for ttl in kept.values()), kept
+    # the logs that grow while idle (one row per second or per thread) are never kept unbounded
+    assert {"metric_log", "asynchronous_metric_log", "trace_log", "text_log", "query_thread_log",
+            "processors_profile_log"} <= removed
+    assert {"query_log", "part_log"} <= set(kept)
+
+
+def test_collector_inserts_synchronously_so_retries_deduplicate():
+    config = yaml.safe_load((DOCKER / "otel-collector.yaml").read_text())
+    assert config["exporters"]["clickhouse"]["async_insert"] is False

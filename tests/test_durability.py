@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
+import zlib
 
 import httpx
 import pytest
@@ -21,9 +23,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors.receiver import Receiver, ReceiverConfig
-from collectors.spool import HEADER, KIND_TRACES, Spool, SpoolFull, SpoolLocked
+from collectors.spool import FILE_MAGIC, HEADER, KIND_TRACES, Spool, SpoolFull, SpoolLocked, encode_record
 from conftest import ROOT, emptied
-from schema.store import StoreQueryError, StoreUnavailable
+from schema.store import StorePayloadError, StoreUnavailable
 
 T0 = 1_764_400_000_000_000_000
 PB = {"content-type": "application/x-protobuf"}
@@ -58,11 +60,11 @@ def test_spool_replays_after_reopen_and_cuts_a_torn_tail(tmp_path):
     spool.close()
     segment = next(tmp_path.glob("*.seg"))
     size = segment.stat().st_size
-    assert size == 3 * (HEADER.size + 100)
+    assert size == len(FILE_MAGIC) + 3 * (HEADER.size + 100)
     with open(segment, "ab") as f:
-        f.write(HEADER.pack(100, 0, KIND_TRACES, 9, 0) + b"torn")  # a crash mid-append (never acknowledged)
+        f.write(encode_record(KIND_TRACES, b"t" * 100, 9, 0) + b"torn")  # a crash mid-append (never acknowledged)
     spool = Spool(tmp_path, max_bytes=10_000)
-    assert (spool.pending_records, spool.pending_rows, spool.pending_bytes) == (3, 6, size)
+    assert (spool.pending_records, spool.pending_rows, spool.pending_bytes) == (3, 6, 3 * (HEADER.size + 100))
     assert segment.stat().st_size == size
     batch = spool.read(max_rows=3)
     assert [(r.payload[:1], r.rows, r.newest_ns) for r in batch] == [(b"\0", 1, T0), (b"\1", 2, T0 + 1)]
@@ -77,6 +79,34 @@ def test_spool_replays_after_reopen_and_cuts_a_torn_tail(tmp_path):
         Spool(tmp_path, max_bytes=10_000)
     spool.close()
     Spool(tmp_path, max_bytes=10_000).close()  # released on close
+
+
+def test_a_torn_record_never_hides_the_valid_records_after_it(tmp_path):
+    spool = Spool(tmp_path, max_bytes=10**6)
+    spool.append(KIND_TRACES, b"a" * 50, rows=1)
+    spool.close()
+    segment = next(tmp_path.glob("*.seg"))
+    with open(segment, "ab") as f:  # half a record (a short write), then two whole ones
+        f.write(encode_record(KIND_TRACES, b"h" * 50, 7, 0) + b"h" * 20)
+        for payload in (b"b" * 30, b"c" * 40):
+            f.write(encode_record(KIND_TRACES, payload, 2, 0) + payload)
+        f.write(b"\x00garbage")
+    spool = Spool(tmp_path, max_bytes=10**6)
+    assert [(r.payload[:1], r.rows) for r in spool.read(100)] == [(b"a", 1), (b"b", 2), (b"c", 2)]
+    assert (spool.pending_records, spool.pending_rows) == (3, 5)  # never the torn record's 7 rows
+    assert spool.skipped_bytes == HEADER.size + 20 + len(b"\x00garbage")
+    spool.close()
+
+
+def test_spool_of_the_earlier_format_is_converted_without_loss(tmp_path):
+    legacy = struct.Struct("<IIBIQ")
+    with open(tmp_path / "000000000001.seg", "wb") as f:
+        for i, payload in enumerate((b"old-1", b"old-2", b"old-3")):
+            f.write(legacy.pack(len(payload), zlib.crc32(payload), KIND_TRACES, i + 1, T0) + payload)
+    (tmp_path / "cursor").write_text(f"1 {legacy.size + 5}\n")  # the first record was committed
+    spool = Spool(tmp_path, max_bytes=10**6)
+    assert [(r.payload, r.rows) for r in spool.read(100)] == [(b"old-2", 2), (b"old-3", 3)]
+    spool.close()
 
 
 # --- SIGKILL right after 200 -------------------------------------------------------------------------
@@ -224,7 +254,7 @@ class RefusingConnection(FaultyConnection):
 
     def raw_insert(self, table, data, fmt, **kwargs):
         if (42).to_bytes(8, "big") in data:
-            raise StoreQueryError("injected: Cannot parse input", "test")
+            raise StorePayloadError("injected: Cannot parse input", "test")
         return self.store.raw_insert(table, data, fmt, **kwargs)
 
 
@@ -245,4 +275,4 @@ def test_data_the_store_refuses_is_quarantined_not_dropped(store, tmp_path):
     (bin_file,) = (tmp_path / "spool" / "quarantine").glob("*.bin")
     assert ExportTraceServiceRequest.FromString(bin_file.read_bytes()).resource_spans[0].scope_spans[0].spans[1].span_id \
         == (42).to_bytes(8, "big")
-    assert "injected: Cannot parse input" in bin_file.with_suffix(".txt").read_text()
+    assert "injected: Cannot parse input" in bin_file.with_suffix(".json").read_text()

@@ -105,7 +105,7 @@ def test_buffered_ingest_batches_traces_and_metrics(store):
 
     from collectors.ingest import BufferedIngest
 
-    store.command("TRUNCATE TABLE otel_traces", tag="test.truncate")
+    emptied(store, "otel_traces")
     sink = BufferedIngest(store, max_rows=1000)
     for k in range(3):
         req = ExportTraceServiceRequest()

@@ -322,3 +322,68 @@ def test_schema_sent_inline_for_a_server(store):
     assert (result.accepted, result.rejected, result.message) == (2, 0, "")
     assert store.query("SELECT SpanName, SpanKind, Duration FROM otel_traces ORDER BY SpanName", tag="test").result_rows \
         == [("span-3", "Internal", 100), ("span-4", "Internal", 100)]
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    return _VarintBytes(number << 3 | 2) + _VarintBytes(len(payload)) + payload
+
+
+def _deep_kv(depth: int) -> bytes:
+    """Span.attributes entry ``deep`` = an AnyValue nested ``depth`` kvlists deep, encoded by hand (the
+    protobuf library refuses to build it past ~30 levels; a hostile or buggy client need not)."""
+    value = _field(1, b"leaf")
+    for i in range(depth):
+        value = _field(6, _field(1, _field(1, f"k{i}".encode()) + _field(2, value)))
+    return _field(9, _field(1, b"deep") + _field(2, value))
+
+
+def test_retention_future_nesting_keys_and_malformed_json(store, tmp_path):
+    """Issue 14 items 3 and 4, by hand: out-of-range times are named in partial_success (never a silent
+    200); a 50-level attribute and a 1 MB key keep their span; malformed JSON is a 400 with a message."""
+    import time
+
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+    now = time.time_ns()
+    day = 86_400 * 10**9
+    r = Receiver(ReceiverConfig(port=0, spool_dir=tmp_path / "spool", batch_max_seconds=0.05, retention_days=30),
+                 store).start()
+    try:
+        times = {1: (1, 2), 2: (now - 40 * day, now - 40 * day + 5), 3: (2**64 - 10, 2**64 - 1),
+                 4: (now + 2 * 3600 * 10**9, now + 2 * 3600 * 10**9 + 5), 5: (now - day, now - day + 5)}
+        spans = [Span(trace_id=k.to_bytes(16, "big"), span_id=k.to_bytes(8, "big"), name="t", start_time_unix_nano=s,
+                      end_time_unix_nano=e) for k, (s, e) in times.items()]
+        resp = httpx.post(f"{r.url}/v1/traces", content=_span_request(*spans).SerializeToString(), headers=PB)
+        rejected, message = _partial(resp)
+        assert resp.status_code == 200 and rejected == 4, message
+        assert "2 spans older than the 30-day retention" in message
+        assert "2 spans dated more than 3600 s in the future" in message
+
+        deep = Span(trace_id=(6).to_bytes(16, "big"), span_id=(6).to_bytes(8, "big"), name="deep",
+                    start_time_unix_nano=now, end_time_unix_nano=now + 5)
+        big_key = Span(trace_id=(7).to_bytes(16, "big"), span_id=(7).to_bytes(8, "big"), name="key",
+                       start_time_unix_nano=now, end_time_unix_nano=now + 5)
+        big_key.attributes.add(key="k" * (1 << 20)).value.string_value = "v"
+        spans = _field(2, deep.SerializeToString() + _deep_kv(50)) + _field(2, big_key.SerializeToString())
+        body = _field(1, _field(2, spans))  # ExportTraceServiceRequest{resource_spans{scope_spans{spans}}}
+        resp = httpx.post(f"{r.url}/v1/traces", content=body, headers=PB)
+        rejected, message = _partial(resp)
+        assert resp.status_code == 200 and rejected == 0, message
+        assert "cut 1 attribute value(s) nested deeper than 1 level" in message
+        assert "truncated 1 attribute key(s) longer than 1024 bytes" in message
+
+        for path, text, needle in (("/v1/metrics", b'{"resourceMetrics": 5}', "resourceMetrics must be a list"),
+                                   ("/v1/traces", b'{"resourceSpans":' + b"[" * 5000 + b"]" * 5000 + b"}",
+                                    "nested deeper than 200 levels")):
+            resp = httpx.post(f"{r.url}{path}", content=text, headers={"content-type": "application/json"})
+            assert resp.status_code == 400 and needle in resp.json()["message"], resp.text
+        assert r.flush(30)
+    finally:
+        r.stop()
+    rows = store.query("SELECT SpanId, arrayMap(k -> length(k), mapKeys(SpanAttributes)), SpanAttributes['deep'] "
+                       "FROM otel_traces ORDER BY SpanId", tag="test").result_rows
+    # the deep value keeps its first level (stored as JSON; the level below is null, as for any nesting)
+    assert rows == [("0000000000000005", [], ""), ("0000000000000006", [4], '{"k49":null}'),
+                    ("0000000000000007", [1024], "")]

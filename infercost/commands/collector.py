@@ -1,7 +1,12 @@
-"""``infercost collector``: migrate, then serve the OTLP/HTTP receiver (and scrape vLLM ``/metrics``) until Ctrl-C.
+"""``infercost collector``: serve the OTLP/HTTP receiver (and scrape vLLM ``/metrics``) until Ctrl-C.
 
 Wiring only: settings -> :class:`collectors.receiver.ReceiverConfig`, the store, the scraper.
 ``infercost up`` reuses :func:`receiver_config`, :func:`parse_scrape` and :func:`start_collector`.
+
+The store is connected lazily (:class:`schema.store.LazyStore`): when it is down at start (a server
+restarting, the embedded store held by another process), the collector starts anyway, accepts
+into its spool (answering 503 only once the spool is full), reports ``degraded`` on ``/health``,
+and migrates and drains as soon as the store answers.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ def receiver_config(settings: Settings, **overrides):
                   max_body_bytes=settings.max_body_bytes, max_attribute_bytes=settings.max_attribute_bytes,
                   batch_max_rows=settings.batch_max_rows,
                   batch_max_seconds=settings.batch_max_seconds, queue_max_rows=settings.queue_max_rows,
-                  spool_dir=settings.spool_dir, spool_max_bytes=settings.spool_max_bytes)
+                  spool_dir=settings.spool_dir, spool_max_bytes=settings.spool_max_bytes,
+                  max_future_skew_s=settings.max_future_skew_s)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return ReceiverConfig(**values)
 
@@ -45,15 +51,25 @@ def parse_scrape(spec: str):
                         model=parts[3] if len(parts) > 3 else "")
 
 
-def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0):
+def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0,
+                    min_free_disk_bytes: int = 256 * 1024 * 1024, sink=None):
     """Start the receiver and (if targets) the scraper on ``store``; returns (receiver, scraper or None).
 
     Scraped rows go through the receiver's spool and batching writer (``Receiver.metrics_sink``).
+    With the embedded store, a :class:`schema.disk_guard.DiskGuard` pauses the cost jobs while the
+    store's disk has less than ``min_free_disk_bytes`` free (shown on ``/health``; stopped with the
+    receiver).
     """
     from collectors.receiver import Receiver
     from collectors.scraper import Scraper
+    from schema.disk_guard import DiskGuard
 
-    receiver = Receiver(config, store).start()
+    receiver = Receiver(config, store, sink=sink).start()
+    if getattr(store, "embedded", False) and store.url.path not in ("", ":memory:"):
+        guard = DiskGuard(store, store.url.path, min_free_disk_bytes).start()
+        receiver.health_hooks.append(lambda: (f"store disk nearly full ({guard.free_bytes} bytes free): cost jobs "
+                                              f"paused") if guard.low else "")
+        receiver.on_stop.append(guard.stop)
     scraper = None
     if targets:
         scraper = Scraper(list(targets), sink=receiver.metrics_sink, interval_s=scrape_interval_s).start()
@@ -71,24 +87,33 @@ def start_collector(store, config, targets=(), scrape_interval_s: float = 5.0):
 def command(host, port, clickhouse_url, scrapes, scrape_interval):
     """Run the OTLP/HTTP receiver (POST /v1/traces, /v1/metrics; GET /health, /metrics) until Ctrl-C.
 
-    Migrates the schema first. Ctrl-C stops accepting and drains what is queued into the store;
-    anything not yet stored stays in the on-disk spool and is replayed on the next start.
+    Migrates the schema once the store answers. If the store is down at start, the receiver still
+    starts and spools what it accepts, and drains it when the store comes back. Ctrl-C stops
+    accepting and drains what is queued into the store; anything not yet stored stays in the
+    on-disk spool and is replayed on the next start.
     """
-    from schema.migrate import MigrationError, migrate
-    from schema.store import StoreError, connect
+    from schema.migrate import migrate
+    from schema.redact import redact
+    from schema.store import LazyStore, StoreError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     targets = [parse_scrape(s) for s in scrapes]
     try:
         settings = load_settings(clickhouse_url=clickhouse_url)
-        store = connect(settings.store_url, settings.database)
-        migrate(store, settings.retention_days)
+        store = LazyStore(settings.store_url, settings.database,
+                          on_connect=lambda s: migrate(s, settings.retention_days))
+        try:
+            store.get()
+        except StoreError as exc:
+            click.echo(f"warning: store unavailable at start ({exc.reason or 'unknown'}): {exc}; accepting into "
+                       f"the spool at {settings.spool_dir} and retrying every {store.retry_s:g} s", err=True)
         config = receiver_config(settings, host=host, port=port)
-        receiver, scraper = start_collector(store, config, targets, scrape_interval)
-    except (MigrationError, StoreError, ValueError, RuntimeError, OSError) as exc:  # pydantic errors are ValueErrors
-        raise click.ClickException(str(exc)) from exc
+        receiver, scraper = start_collector(store, config, targets, scrape_interval,
+                                            min_free_disk_bytes=settings.min_free_disk_bytes)
+    except (StoreError, ValueError, RuntimeError, OSError) as exc:  # pydantic errors are ValueErrors
+        raise click.ClickException(redact(str(exc))) from exc
     click.echo(f"OTLP/HTTP receiver on {receiver.url} (POST /v1/traces, /v1/metrics; GET /health, /metrics); "
-               f"store {settings.store_url}; {len(targets)} scrape target(s). Ctrl-C to stop.")
+               f"store {redact(settings.store_url)}; {len(targets)} scrape target(s). Ctrl-C to stop.")
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

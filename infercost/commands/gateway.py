@@ -37,11 +37,23 @@ def _queue_caps(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--max-inflight", type=int, default=0, show_default=True,
               help="Upstream concurrency limit; above it requests wait, interactive first (0 = none).")
 @click.option("--retry-after", type=float, default=1.0, show_default=True, help="Retry-After of 429 answers, seconds.")
+@click.option("--connect-timeout", type=float, default=2.0, show_default=True, help="Upstream TCP connect timeout, seconds.")
+@click.option("--first-byte-timeout", type=float, default=60.0, show_default=True,
+              help="Request sent -> first byte of a streamed answer (queueing + prefill), seconds.")
+@click.option("--chunk-timeout", type=float, default=30.0, show_default=True,
+              help="Longest silence between two chunks of a stream, seconds.")
+@click.option("--response-timeout", type=float, default=600.0, show_default=True,
+              help="Request sent -> whole body of a non-streamed answer, seconds.")
+@click.option("--eject-after", type=int, default=3, show_default=True,
+              help="Consecutive failures (connect, timeout, 5xx, malformed) that eject a replica (outlier detection).")
+@click.option("--eject-time", type=float, default=5.0, show_default=True,
+              help="Base ejection time, seconds (x times ejected, at most 300 s).")
 @click.option("--otlp-endpoint", default=None,
               help="OTLP/HTTP receiver for the gateway's spans (default: the configured receiver).")
 @click.option("--no-telemetry", is_flag=True, help="Do not export spans.")
 def command(upstreams, policy, host, port, max_attempts, retry_budget, retry_budget_window, retry_budget_min,
-            queue_caps, default_queue_cap, max_inflight, retry_after, otlp_endpoint, no_telemetry):
+            queue_caps, default_queue_cap, max_inflight, retry_after, connect_timeout, first_byte_timeout, chunk_timeout,
+            response_timeout, eject_after, eject_time, otlp_endpoint, no_telemetry):
     """Run the instrumented gateway: SSE passthrough, routing, retry budget, admission control, spans, /metrics."""
     from serving.gateway import Gateway, GatewayConfig, parse_upstream, serve
     from serving.sdk.telemetry import make_tracer_provider
@@ -55,7 +67,9 @@ def command(upstreams, policy, host, port, max_attempts, retry_budget, retry_bud
     config = GatewayConfig(ups, policy=policy, max_attempts=max_attempts, retry_budget_ratio=retry_budget,
                            retry_budget_window_s=retry_budget_window, retry_budget_min=retry_budget_min,
                            queue_caps=caps, default_queue_cap=default_queue_cap, max_inflight=max_inflight,
-                           retry_after_s=retry_after)
+                           retry_after_s=retry_after, connect_timeout_s=connect_timeout,
+                           first_byte_timeout_s=first_byte_timeout, chunk_timeout_s=chunk_timeout,
+                           response_timeout_s=response_timeout, eject_after_failures=eject_after, eject_s=eject_time)
     try:
         config.validate()
     except ValueError as exc:

@@ -13,6 +13,7 @@ from infercost.settings import load_settings
 def command(clickhouse_url, retention_days):
     """Create or upgrade the ClickHouse schema. Running it twice changes nothing."""
     from schema.migrate import MigrationError, migrate
+    from schema.redact import redact
     from schema.store import StoreError, connect
 
     settings = load_settings(clickhouse_url=clickhouse_url, retention_days=retention_days)
@@ -20,6 +21,6 @@ def command(clickhouse_url, retention_days):
         store = connect(settings.store_url, settings.database)
         applied = migrate(store, settings.retention_days, progress=lambda name: click.echo(f"applied {name}"))
     except (MigrationError, StoreError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"schema up to date in {settings.store_url} database {settings.database} "
+        raise click.ClickException(redact(str(exc))) from exc
+    click.echo(f"schema up to date in {redact(settings.store_url)} database {settings.database} "
                f"({len(applied)} migration(s) applied)")

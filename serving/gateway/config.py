@@ -51,9 +51,15 @@ class GatewayConfig:
     inside the gateway (queued + in flight); ``default_queue_cap`` for other priorities; beyond:
     429 with ``Retry-After: retry_after_s``. max_inflight: upstream concurrency limit (0 = none);
     above it requests wait in the gateway, interactive before batch. scrape_interval_s: how often
-    least_loaded reads the replicas' /metrics. eject_after_failures / eject_s: passive health check
-    (a replica failing this many times in a row is skipped for eject_s). connect_timeout_s /
-    read_timeout_s: upstream timeouts (read = max gap between bytes). service_name: OTel resource.
+    least_loaded reads the replicas' /metrics. eject_after_failures / eject_s / max_ejection_s /
+    max_ejection_percent: outlier detection as Envoy does it (a replica whose last N attempts failed
+    is skipped for eject_s x times ejected, capped; see :mod:`serving.gateway.routing`).
+    Upstream timeouts (:mod:`serving.gateway.watchdog`): connect_timeout_s (TCP connect),
+    first_byte_timeout_s (request sent -> first body byte of a stream: queueing + prefill),
+    chunk_timeout_s (longest silence inside a stream), response_timeout_s (request sent -> whole
+    body of a non-streamed response). A timeout before the first byte reached the client is retried
+    on another replica; after it, the stream ends with an error event and ``[DONE]``.
+    service_name: OTel resource.
     """
 
     upstreams: list[Upstream]
@@ -70,8 +76,12 @@ class GatewayConfig:
     scrape_interval_s: float = 0.5
     eject_after_failures: int = 3
     eject_s: float = 5.0
+    max_ejection_s: float = 300.0  # Envoy's max_ejection_time default
+    max_ejection_percent: float = 10.0  # Envoy's default; at least one replica can always be ejected
     connect_timeout_s: float = 2.0
-    read_timeout_s: float = 120.0
+    first_byte_timeout_s: float = 60.0
+    chunk_timeout_s: float = 30.0
+    response_timeout_s: float = 600.0
     service_name: str = "infercost-gateway"
     priorities_order: tuple[str, ...] = ("interactive", "batch")
 
@@ -101,6 +111,11 @@ class GatewayConfig:
             problems.append("retry_after_s must be >= 0")
         if self.scrape_interval_s <= 0:
             problems.append("scrape_interval_s must be > 0")
+        for name in ("connect_timeout_s", "first_byte_timeout_s", "chunk_timeout_s", "response_timeout_s", "eject_s"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0")
+        if not 0 <= self.max_ejection_percent <= 100:
+            problems.append("max_ejection_percent must be within [0, 100]")
         if problems:
             raise ValueError("invalid gateway config: " + "; ".join(problems))
 

@@ -12,8 +12,13 @@ fills ``scraped_waiting`` / ``scraped_running`` from the replicas' ``/metrics``)
   task's context; a retry, or an ejected replica, moves to the next replica on the ring. Requests
   without a task id fall back to round-robin.
 
-Passive health: a replica that failed ``eject_after_failures`` times in a row is skipped for
-``eject_s`` seconds (Envoy's outlier detection); if every replica is ejected, all are eligible.
+Passive health (Envoy's outlier detection, ``consecutive_gateway_failure``): a replica whose last
+``eject_after_failures`` attempts failed (connect error, timeout, 5xx, malformed or broken stream —
+not a 4xx, which is the request's fault) is ejected for ``eject_s`` x the number of times it was
+ejected (Envoy's base_ejection_time multiplier), at most ``max_ejection_s``; the multiplier starts
+over once the replica stayed un-ejected for ``max_ejection_s``. At most ``max_ejection_percent`` of
+the replicas are ejected at once, but always at least one (Envoy's rule). If every replica is
+ejected (or tried), all are eligible: better a possibly-bad replica than none.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ class ReplicaState:
     ejected_until: float = 0.0
     attempts: int = 0
     failures: int = field(default=0)
+    times_ejected: int = 0  # the ejection-time multiplier (Envoy), reset after max_ejection_s un-ejected
+    last_ejected_at: float = float("-inf")
+    ejections: int = 0  # total ejections (metric)
 
     @property
     def replica_id(self) -> str:
@@ -59,16 +67,19 @@ def _hash(key: str) -> int:
 class Router:
     """Chooses replicas; owns their :class:`ReplicaState`.
 
-    policy: one of config.POLICIES. eject_after_failures / eject_s: passive health check.
+    policy: one of config.POLICIES. eject_after_failures / eject_s / max_ejection_s /
+    max_ejection_percent: outlier detection (module doc).
     """
 
     def __init__(self, upstreams: list[Upstream], policy: str, eject_after_failures: int = 3, eject_s: float = 5.0,
-                 clock=time.monotonic):
+                 clock=time.monotonic, max_ejection_s: float = 300.0, max_ejection_percent: float = 10.0):
         self.replicas = [ReplicaState(u) for u in upstreams]
         self.by_id = {r.replica_id: r for r in self.replicas}
         self.policy = policy
         self.eject_after_failures = eject_after_failures
         self.eject_s = eject_s
+        self.max_ejection_s = max_ejection_s
+        self.max_ejection_percent = max_ejection_percent
         self._clock = clock
         self._rr = 0
         ring = sorted((_hash(f"{r.replica_id}#{i}"), idx) for idx, r in enumerate(self.replicas) for i in range(VNODES))
@@ -112,17 +123,34 @@ class Router:
                 return self.replicas[idx]
         return self.replicas[eligible[0]]
 
-    def record_result(self, replica: ReplicaState, ok: bool) -> None:
-        """Feed the passive health check with an attempt's result."""
+    def record_result(self, replica: ReplicaState, ok: bool) -> float:
+        """Feed the passive health check with an attempt's result; returns the ejection time in seconds
+        when this failure ejected the replica, else 0."""
         replica.attempts += 1
         if ok:
             replica.consecutive_failures = 0
-            return
+            return 0.0
         replica.failures += 1
         replica.consecutive_failures += 1
-        if replica.consecutive_failures >= self.eject_after_failures:
-            replica.ejected_until = self._clock() + self.eject_s
-            replica.consecutive_failures = 0
+        now = self._clock()
+        if replica.consecutive_failures < self.eject_after_failures or replica.ejected_until > now:
+            return 0.0
+        ejected = sum(1 for r in self.replicas if r.ejected_until > now)
+        if ejected >= max(1, int(len(self.replicas) * self.max_ejection_percent / 100)):
+            return 0.0  # keep enough replicas serving (Envoy's max_ejection_percent)
+        if now - replica.last_ejected_at > self.max_ejection_s:
+            replica.times_ejected = 0
+        replica.times_ejected += 1
+        duration = min(self.eject_s * replica.times_ejected, self.max_ejection_s)
+        replica.ejected_until = now + duration
+        replica.last_ejected_at = now
+        replica.ejections += 1
+        replica.consecutive_failures = 0
+        return duration
+
+    def ejected(self, replica: ReplicaState) -> bool:
+        """True while ``replica`` is ejected."""
+        return replica.ejected_until > self._clock()
 
     def update_scrape(self, replica_id: str, waiting: float, running: float) -> None:
         r = self.by_id[replica_id]

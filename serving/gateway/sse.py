@@ -42,9 +42,9 @@ def error_body(message: str, err_type: str, code: int) -> bytes:
     return json.dumps({"error": {"message": message, "type": err_type, "param": None, "code": code}}).encode()
 
 
-def midstream_error_event(message: str) -> bytes:
+def midstream_error_event(message: str, err_type: str = "InternalServerError", code: int = 500) -> bytes:
     """The chunk vLLM sends when a stream fails after HTTP 200, followed by ``[DONE]``."""
-    return b"data: " + error_body(message, "InternalServerError", 500) + b"\n\ndata: [DONE]\n\n"
+    return b"data: " + error_body(message, err_type, code) + b"\n\ndata: [DONE]\n\n"
 
 
 def retry_after_value(seconds: float) -> bytes:

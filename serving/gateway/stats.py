@@ -52,8 +52,9 @@ class Histogram:
 class GatewayStats:
     """Counters of one gateway (requests, attempts, tokens are counts; seconds in histograms).
 
-    requests: (policy, outcome) -> count; outcome = ok | upstream_error | stream_broken |
-    rejected | no_replica | client_disconnect. rejections: priority -> 429s from admission.
+    requests: (policy, outcome) -> count; outcome = ok | upstream_error | stream_broken | timeout |
+    upstream_malformed | stream_error | rejected | no_replica | client_disconnect. ejections:
+    replica -> times outlier detection ejected it. rejections: priority -> 429s from admission.
     attempts: (replica, result) -> upstream attempts; result = ok | error. retries: hidden retries
     performed. retries_denied: retries the budget refused. tokens_streamed: output tokens relayed.
     ttft: gateway-observed time to first chunk. overhead: the gateway's own added latency on a
@@ -64,6 +65,7 @@ class GatewayStats:
     requests: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     rejections: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     attempts: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    ejections: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     retries: int = 0
     retries_denied: int = 0
     tokens_streamed: int = 0
@@ -111,6 +113,16 @@ class GatewayCollector:
         g = GaugeMetricFamily("infercost_gateway_inflight_requests", "Requests in flight to each replica.", labels=["replica"])
         for r in self.router.replicas:
             g.add_metric([r.replica_id], r.inflight)
+        yield g
+        m = CounterMetricFamily("infercost_gateway_outlier_ejections",
+                                "Times outlier detection ejected a replica (consecutive failures).", labels=["replica"])
+        for r in self.router.replicas:
+            m.add_metric([r.replica_id], s.ejections.get(r.replica_id, 0))
+        yield m
+        g = GaugeMetricFamily("infercost_gateway_replica_ejected", "1 while outlier detection keeps a replica out.",
+                              labels=["replica"])
+        for r in self.router.replicas:
+            g.add_metric([r.replica_id], 1 if self.router.ejected(r) else 0)
         yield g
         g = GaugeMetricFamily("infercost_gateway_queued_requests", "Requests waiting in the gateway for an upstream slot.")
         g.add_metric([], self.admission.queued())

@@ -28,7 +28,9 @@ class Behaviour:
     token_gap_s: between chunks. prompt_tokens: reported in usage; cached_tokens: reported as
     ``usage.prompt_tokens_details.cached_tokens`` (vLLM's ``--enable-prompt-tokens-details``) when set.
     A request asking ``stream_options.continuous_usage_stats`` gets cumulative usage on every chunk,
-    as vLLM answers it.
+    as vLLM answers it. malformed_at: replace token chunk
+    number N (0 = the first event) by ``malformed`` bytes. stall_after / stall_s: go silent for
+    stall_s seconds after that many token chunks.
     """
 
     status: int = 200
@@ -41,6 +43,10 @@ class Behaviour:
     token_gap_s: float = 0.0
     prompt_tokens: int = 7
     cached_tokens: int | None = None
+    malformed_at: int | None = None
+    malformed: bytes = b"data: {not json\n\n"
+    stall_after: int | None = None
+    stall_s: float = 0.0
 
 
 class _Crash(Exception):
@@ -49,11 +55,13 @@ class _Crash(Exception):
 
 @dataclass
 class StubUpstream:
-    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request."""
+    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request;
+    ``disconnects`` the monotonic times at which a client left while the stub was waiting."""
 
     replica_id: str = "stub"
     script: Callable[[dict, dict], Behaviour] = field(default=lambda req, headers: Behaviour())
     requests: list = field(default_factory=list)
+    disconnects: list = field(default_factory=list)
     waiting: int = 0
     running: int = 0
 
@@ -102,8 +110,8 @@ class StubUpstream:
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
-        if b.delay_s:
-            await asyncio.sleep(b.delay_s)
+        if b.delay_s and not await self._wait(b.delay_s, receive):
+            return
 
         def chunk(delta, finish=None, usage=None, choices=True):
             doc = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": model,
@@ -122,9 +130,15 @@ class StubUpstream:
         if include and (req.get("stream_options") or {}).get("continuous_usage_stats") and b.usage == "final":
             b = replace(b, usage="cumulative_and_final")
         cumulative = b.usage in ("cumulative", "cumulative_and_final")
-        await send({"type": "http.response.body", "body": chunk({"role": "assistant", "content": ""},
-                    usage=usage_at(0) if cumulative else None), "more_body": True})
+        first = chunk({"role": "assistant", "content": ""}, usage=usage_at(0) if cumulative else None)
+        await send({"type": "http.response.body", "body": b.malformed if b.malformed_at == 0 else first,
+                    "more_body": True})
         for i in range(1, b.tokens + 1):
+            if b.malformed_at == i:
+                await send({"type": "http.response.body", "body": b.malformed, "more_body": True})
+                continue
+            if b.stall_after is not None and i == b.stall_after + 1 and not await self._wait(b.stall_s, receive):
+                return
             if b.crash_after is not None and i > b.crash_after:
                 raise _Crash("stub replica crashed mid-stream")
             if b.error_after is not None and i > b.error_after:
@@ -145,6 +159,19 @@ class StubUpstream:
             tail += chunk(None, usage=usage_at(b.tokens), choices=False)
         tail += b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+    async def _wait(self, seconds: float, receive) -> bool:
+        """Sleep ``seconds`` unless the client leaves first (recorded in ``disconnects``); True if it stayed."""
+        waiter = asyncio.ensure_future(receive())
+        try:
+            done, _ = await asyncio.wait([waiter], timeout=seconds)
+            if waiter in done and waiter.result().get("type") == "http.disconnect":
+                self.disconnects.append(time.monotonic())
+                return False
+            return True
+        finally:
+            waiter.cancel()
 
 
 async def _plain(send, status, body, ctype, extra=()):

@@ -28,6 +28,7 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     sp.call(task_id="A", start=61, end=65, prompt=0, output=10, trace="trA")
     sp.task("trB", "B", 1080, 1190)  # task B in minutes 18-19 (7 min ago): stays live
     sp.call(task_id="B", start=1081, end=1085, prompt=0, output=10, trace="trB")
+    sp.call(task_id="B", step="0", start=1070, end=1071, ok=False, output=0, streamed=0, engine=False, trace="trB")
     sp.flush(store)
 
     jobs.refresh(store)
@@ -37,9 +38,12 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     clock = store.query("SELECT ws, we, window_s FROM job_clock", tag="test").result_rows
     assert len(clock) == 1 and clock[0][2] == 1800 and clock[0][1] >= now
     # first run: everything is computed into the live tables
-    assert store.scalar("SELECT count() FROM call_costs_live", tag="test") == 2
+    assert store.scalar("SELECT count() FROM call_costs_live", tag="test") == 3
+    # the chain carries the error taxonomy (0061): the failed attempt broke its stream
+    assert store.query("SELECT error_class, count() FROM call_costs_live GROUP BY error_class ORDER BY error_class",
+                       tag="test").result_rows == [("", 2), ("upstream_error", 1)]
     s = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
-    assert s["requests"] == 2 and s["useful_usd"] == pytest.approx(0.2, rel=1e-12)
+    assert s["requests"] == 3 and s["useful_usd"] == pytest.approx(0.2, rel=1e-12)
     assert s["spend_usd"] == pytest.approx(0.3, rel=1e-12)  # 3 up minutes x $0.10
 
     # The copy step run twice before the watermark moves (a manual refresh racing the schedule)
@@ -54,7 +58,7 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     sp.flush(store)
     jobs.refresh(store)
     s = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
-    assert s["requests"] == 3 and s["useful_usd"] == pytest.approx(0.3, rel=1e-12)
+    assert s["requests"] == 4 and s["useful_usd"] == pytest.approx(0.3, rel=1e-12)
     assert s["successful_tasks"] == 2 and s["spend_usd"] == pytest.approx(0.3, rel=1e-12)
     # ... while minute 1, older than window - 10 min, moved to history under the watermark
     watermark = store.scalar("SELECT max(watermark) FROM cost_watermark", tag="test")

@@ -232,7 +232,9 @@ class SloConfig:
     ``success_target`` 0.99 and ``goodput_target`` 0.90 are our defaults (set yours). A tier whose
     factor >= 1 / (1 - target) could never fire (the error ratio would need to exceed 100%); it is
     re-derived to ``rederive_fraction`` (0.5) of that maximum, i.e. it fires when half the tasks in
-    both windows are bad, and the alert's description says so. ``min_tasks`` 10 per short window.
+    both windows are bad, and the alert's description says so. ``min_tasks`` 10 per short window;
+    ``min_bad`` 3 bad tasks in the long window (a single failed task right after a start, with little
+    history, is a burn rate of many x the budget and no incident).
     """
 
     period_s: int = 30 * 86400
@@ -241,6 +243,7 @@ class SloConfig:
     tiers: list[BurnTier] = field(default_factory=default_tiers)
     rederive_fraction: float = 0.5
     min_tasks: int = 10
+    min_bad: int = 3
     lookback_s: int = 3600
     for_s: int = 0
 

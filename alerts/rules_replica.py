@@ -76,15 +76,22 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
                                                window), 7),
             "error_rate": _r(rate, 4), "errors": failed, "others_median_error_rate": _r(others_rate, 4),
         }
-        if attempts == 0 and not rep.total("requests", window):
-            if name in active:
-                out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
-                                  f"replica {name}: no data for {cfg.window_s}s (last evidence kept)", figures,
-                                  replica=name, labels={"replica": name}, no_data=True))
-            continue
         error_jump = (attempts >= cfg.min_attempts and failed >= cfg.min_errors and rate >= cfg.error_rate_min
                       and rate >= cfg.error_ratio * max(others_rate, cfg.error_floor)
                       and _sustained(rep, window, cfg.error_rate_min))
+        if not rep.total("requests", window) and not error_jump:
+            # no engine span: its speed cannot be judged (its telemetry may be lost while it serves)
+            if name in active:
+                out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
+                                  f"replica {name}: no engine spans for {cfg.window_s}s (last evidence kept)",
+                                  figures, replica=name, labels={"replica": name}, no_data=True))
+            elif attempts == 0:
+                continue
+            else:
+                out.append(Signal(RULE_DEGRADATION, name, Level.CLEAR, "warning",
+                                  f"replica {name}: no engine spans to judge its speed", figures, replica=name,
+                                  labels={"replica": name}))
+            continue
         slow = speed is not None and speed >= cfg.ratio
         if slow or error_jump:
             level = Level.FIRE
@@ -112,13 +119,15 @@ def _degradation_summary(name: str, f: dict, slow: bool, error_jump: bool, cfg: 
 
 def down_from_series(fs: FleetSeries, cfg: ReplicaDownConfig) -> list[Signal]:
     """Replica-down verdicts. FIRE: over ``window_s`` no engine span and no successful gateway attempt,
-    and (its scrape failed at every try, or the gateway's attempts on it failed). CLEAR: it served or
-    its scrape succeeded. HOLD otherwise (silence is no evidence either way: a drained replica)."""
+    and (the gateway's attempts on it failed, or its scrape failed at every try while the rest of the
+    fleet served: a live replica would have had work). CLEAR: it served or its scrape succeeded. HOLD
+    otherwise (silence is no evidence either way: a drained replica, an idle fleet)."""
     window = fs.window(cfg.window_s)
     history = range(window.stop, fs.n)
     share_buckets = range(window.stop, min(fs.n, window.stop + max(1, cfg.share_window_s // fs.bucket_s)))
     served_by = {n: r.total("requests", share_buckets) or r.total("gw_ok", share_buckets) for n, r in fs.replicas.items()}
     fleet_served = sum(served_by.values())
+    busy = {n: r.total("requests", window) + r.total("gw_ok", window) for n, r in fs.replicas.items()}
     out = []
     for name in sorted(fs.replicas):
         rep = fs.replicas[name]
@@ -133,9 +142,10 @@ def down_from_series(fs: FleetSeries, cfg: ReplicaDownConfig) -> list[Signal]:
                    "scrape_up_failed": int(up_failed), "gateway_failed_attempts": int(refused),
                    "connection_errors": int(conn), "gpu_type": rep.gpu_type, "capacity_share": _r(share, 3),
                    "last_served_bucket": last_served}
+        others_busy = sum(v for n, v in busy.items() if n != name) > 0
         if served > 0 or up_ok > 0:
             level = Level.CLEAR
-        elif scrape_failing or refused > 0:
+        elif (scrape_failing and others_busy) or refused > 0:
             level = Level.FIRE
         else:
             level = Level.HOLD

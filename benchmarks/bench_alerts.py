@@ -61,6 +61,14 @@ def _line(j: score.Judged, o) -> str:
             f"| load {o.load_seconds:.0f}s eval {o.eval_seconds:.0f}s{check}")
 
 
+def _baseline(rule: str, b: dict, key: str, r: dict) -> str:
+    if rule in score.BASELINE_RULES:
+        return _fmt(b.get(key))
+    if rule in score.NEW_RULES:  # issue 7 had no such rule: it detected nothing
+        return "0.00" if key == "recall" and r.get("expected") else "no rule"
+    return "same rule"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=("eval", "tune", "all"), default="eval")
@@ -104,8 +112,7 @@ def main(argv=None) -> int:
         print(f"{rule:24} {_fmt(r.get('precision')):>9} {_fmt(r.get('recall')):>7} {r.get('tp', 0):>3} "
               f"{r.get('fp', 0):>3} {r.get('allowed', 0):>7} {r.get('expected', 0):>8} "
               f"{(f'{ttd / 60:.1f} min' if ttd is not None else '-'):>10} | "
-              f"{_fmt(b.get('precision')) if rule in score.BASELINE_RULES else 'no rule':>10} "
-              f"{_fmt(b.get('recall')) if rule in score.BASELINE_RULES else ('0.00' if r.get('expected') else '-'):>10}")
+              f"{_baseline(rule, b, 'precision', r):>10} {_baseline(rule, b, 'recall', r):>10}")
     print(f"\ncascade culprit accuracy: {_fmt(summary['culprit_accuracy'])} (baseline {_fmt(bsum['culprit_accuracy'])})")
     ttd = summary["ttd_median_s"]
     print(f"median time-to-detect over every expected alert: {ttd / 60:.1f} virtual min" if ttd is not None else "-")

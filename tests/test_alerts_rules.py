@@ -90,10 +90,16 @@ def test_slo_burn_rates_and_rederived_tiers(store):
     assert out["goodput:page_6h"].figures["rederived"] is False
 
 
-def test_burn_tier_needs_minimum_tasks():
+def test_burn_tier_needs_minimum_tasks_and_bad_tasks():
     cfg = SloConfig(tiers=[BurnTier("t", 3600, 300, 14.4, "critical")])
     few = {3600: {"tasks": 9, "failed": 9, "not_good": 9}, 300: {"tasks": 9, "failed": 9, "not_good": 9}}
     assert all(s.level is Level.CLEAR for s in rules_health.slo_from_windows(few, cfg))
+    # two failed tasks of 20 right after a start burn at 10%/1% = 10x, but 2 < 3 bad tasks: no incident yet
+    one = {3600: {"tasks": 20, "failed": 2, "not_good": 2}, 300: {"tasks": 20, "failed": 2, "not_good": 2}}
+    cfg = SloConfig(tiers=[BurnTier("t", 3600, 300, 1.0, "warning")])
+    assert all(s.level is Level.CLEAR for s in rules_health.slo_from_windows(one, cfg))
+    three = {w: {"tasks": 20, "failed": 3, "not_good": 3} for w in (3600, 300)}
+    assert {s.key: s.level for s in rules_health.slo_from_windows(three, cfg)}["task_success:t"] is Level.FIRE
 
 
 def test_ingestion_lag_and_receiver_stats(store):

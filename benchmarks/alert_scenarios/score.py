@@ -4,7 +4,7 @@ time-to-detect, notifications per healthy replica-hour.
 An episode is one firing of one alert (rule, key) until it resolves. Against a scenario's truth
 (catalog.Expect / Scenario.allow), each episode is:
 - a true positive: the first episode of an expected alert (same rule; the expected replica, or a
-  fleet-wide key when none is expected) that fired at or after the expectation's onset; a cascade
+  fleet-wide alert when none is expected) that fired at or after the expectation's onset; a cascade
   must also name the expected culprit;
 - neutral: an alert the scenario allows (a true symptom of the situation, after it began);
 - a false positive: anything else, including a second episode of an alert already detected (a
@@ -23,7 +23,8 @@ from statistics import median
 from benchmarks.alert_scenarios.catalog import CASCADE, Scenario
 from benchmarks.alert_scenarios.run import TAIL_S, Outcome
 
-BASELINE_RULES = (CASCADE, "replica_degradation")
+BASELINE_RULES = (CASCADE, "replica_degradation")  # re-implemented as they were in baseline.py
+NEW_RULES = ("replica_down", "telemetry_health")  # the baseline had none
 
 
 @dataclass
@@ -61,7 +62,7 @@ def _matches(e, ep: Episode) -> bool:
         return False
     if e.rule == CASCADE:
         return True
-    return ep.replica == e.replica if e.replica else ep.key == ""
+    return ep.replica == e.replica  # "" = a fleet-wide alert, whatever its key (an SLO tier, lag)
 
 
 @dataclass

@@ -1,23 +1,31 @@
-"""Rule 5 of issue 7, cascading degradation: the chain degradation -> retries -> queues/saturation as
-ONE alert naming the culprit replica, with the chain's timestamps and figures, the incident's
+"""Rule 5, cascading degradation: the chain culprit -> retries -> pressure on the other replicas as
+ONE alert naming the culprit by evidence, with the chain's onsets and figures, the incident's
 estimated cost and suggested actions.
 
-A metastable failure (Bronson et al., HotOS'21; Huang et al., OSDI'22) has a trigger (here: a slow
-replica) and a sustaining effect (retries keeping queues full). So the alert fires on the chain and
-stays firing while retries or queues stay elevated, even after the culprit recovered; it clears
-only when retry amplification and queue growth are both back to CLEAR (then the lifecycle's
-hysteresis applies).
+The chain is built from step changes in the signals (alerts/series.py), not from when other alerts
+started: the fleet's retry rate steps up; some replica's own speed (per-token latency against its
+group or its own baseline) or its failed and abandoned attempts stepped up first, while its own load
+did not (errors or slowness its load does not explain); and the other replicas' queues step up after
+it. The culprit is the earliest such replica; the evidence carries, for every candidate, its onset,
+before/after figures, its share of the fleet's failed attempts (where the retries come from) and
+how much of the other replicas' load rise its failures explain.
+
+A metastable failure (Bronson et al., HotOS'21; Huang et al., OSDI'22) has a trigger (here: the
+culprit) and a sustaining effect (retries keeping queues full). So the alert stays firing while
+retries or queues stay elevated, even after the culprit recovered; it clears only when retry
+amplification and queue growth are both back to CLEAR (then the lifecycle's hysteresis applies).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
+from statistics import median
 from typing import Any
 
-from alerts.config import AlertConfig
+from alerts.config import AlertConfig, CascadeConfig
 from alerts.lifecycle import Lifecycle
-from alerts.model import (RULE_CASCADE, RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Alert, Level,
-                          Signal, replica_label)
+from alerts.model import RULE_CASCADE, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal, replica_label
+from alerts.series import FleetSeries, Step, rate_series, step_onset
 from schema.queries import alerts as q
 
 
@@ -33,52 +41,193 @@ def actions(replica: str) -> list[str]:
     ]
 
 
-def _link(alert: Alert, step: str) -> dict[str, Any]:
-    return {"step": step, "rule": alert.rule, "replica": alert.replica, "started_at": alert.started_at.isoformat(),
-            "fired_at": alert.fired_at.isoformat() if alert.fired_at else None, "summary": alert.summary,
-            "figures": alert.onset or alert.figures}
+def _r(value, digits: int = 3):
+    return None if value is None else round(float(value), digits)
 
 
-def find_chain(lifecycle: Lifecycle, now: datetime, config: AlertConfig) -> dict[str, Any] | None:
-    """The newest complete chain at ``now``, or None.
+def retry_rates(fs: FleetSeries, min_first: int) -> list[float | None]:
+    """Retries per first attempt per bucket: the larger of the client's (task.attempt >= 2) and the
+    gateway's hidden retries (attempts - requests); None where neither has ``min_first`` first attempts."""
+    f = fs.fleet
+    out: list[float | None] = []
+    for b in range(fs.n):
+        rates = []
+        first = f["client_attempts"][b] - f["client_retries"][b]
+        if first >= min_first:
+            rates.append(f["client_retries"][b] / first)
+        if f["gateway_requests"][b] >= min_first:
+            rates.append(max(f["gateway_attempts"][b] - f["gateway_requests"][b], 0.0) / f["gateway_requests"][b])
+        out.append(max(rates) if rates else None)
+    return out
 
-    Complete: a firing retry-amplification alert, a degradation episode of some replica R (firing
-    now or fired within the look-back) with the retry alert starting in [R's start - tolerance,
-    R's start + within_s], and a firing queue-growth alert or saturation of a replica other than R
-    starting in the same interval. Among candidates the earliest degradation wins (then the largest
-    ratio): the trigger precedes its consequences.
-    """
+
+def _median_over(values, buckets) -> float:
+    found = [values[b] or 0.0 for b in buckets]
+    return median(found) if found else 0.0
+
+
+def _own_load_ratio(rep, onset: int, min_after: int, n: int) -> float | None:
+    before = _median_over(rep.values["attempts"], range(onset + 1, n))
+    after = _median_over(rep.values["attempts"], range(max(0, onset - min_after + 1), onset + 1))
+    return after / before if before else None
+
+
+def _load_ratio(fs: FleetSeries, name: str, onset: int, min_after: int) -> float | None:
+    """How much the replica's attempts per bucket rose at ``onset`` beyond the fleet's own rise: its
+    attempts from the onset on over before, divided by the median of the other replicas' same ratio
+    (retries spread by the gateway raise everyone's load alike; a hot session-affinity replica's
+    rises alone). None without a before."""
+    own = _own_load_ratio(fs.replicas[name], onset, min_after, fs.n)
+    if own is None:
+        return None
+    others = [r for o in fs.replicas if o != name
+              for r in [_own_load_ratio(fs.replicas[o], onset, min_after, fs.n)] if r is not None]
+    return own / median(others) if others and median(others) > 0 else own
+
+
+def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> dict[str, Any] | None:
+    """The evidence that ``name`` started a cascade, or None. Three kinds of step, each the earliest
+    sustained rise of the replica's own series (alerts.series.step_onset):
+    - ``speed``: its speed ratio against its group (per-token latencies: shape-independent);
+    - ``errors``: its upstream errors per attempt (5xx, refused connections, broken streams: not
+      something load causes);
+    - ``abandoned``: its attempts that timed out or that clients gave up on, per attempt.
+    Speed and abandonment also rise when a replica is merely overloaded, so they count only when its
+    own attempts (its load) rose less than ``load_rise`` x the fleet's rise at the onset (a replica
+    slowed or failing as more work was routed to it alone is a victim of that load, not a cause)."""
+    rep = fs.replicas[name]
+    attempts = rep.values["attempts"]
+    g = lambda f, b: rep.get(f, b) or 0.0  # noqa: E731
+    errors = [g("gw_errors", b) + g("engine_errors", b) for b in range(fs.n)]
+    abandoned = [g("gw_abandoned", b) + g("gw_failed", b) - g("gw_errors", b) for b in range(fs.n)]
+    kw = dict(min_after=c.min_after, max_onset=max_onset)
+    steps = {
+        "speed": step_onset(fs.ratios[name], ratio=c.speed_ratio, min_delta=0.3, **kw),
+        "errors": step_onset(rate_series(errors, attempts, 5), ratio=c.failure_ratio, min_delta=c.failure_delta,
+                             min_level=c.failure_floor, **kw),
+        "abandoned": step_onset(rate_series(abandoned, attempts, 5), ratio=c.failure_ratio,
+                                min_delta=c.failure_delta, min_level=c.failure_floor, **kw),
+    }
+    loads = {}
+    for kind in ("speed", "abandoned"):
+        st = steps[kind]
+        if st is not None:
+            loads[kind] = _load_ratio(fs, name, st.onset, c.min_after)
+            if loads[kind] is not None and loads[kind] > c.load_rise:
+                steps[kind] = None  # it slowed or timed out as its own load rose: a victim, not the cause
+    found = [(k, st) for k, st in steps.items() if st is not None]
+    if not found:
+        return None
+    kind, first = max(found, key=lambda x: x[1].onset)
+    since = range(0, first.onset + 1)
+    bad = [errors[b] + abandoned[b] for b in range(fs.n)]
+    speed, err, ab = steps["speed"], steps["errors"], steps["abandoned"]
+    return {"replica": name, "onset": first.onset, "onset_at": fs.bucket_start(first.onset).isoformat(),
+            "evidence": kind, "gpu_type": rep.gpu_type, "peers": fs.peers.get(name),
+            "speed_before": _r(speed.before) if speed else None, "speed_after": _r(speed.after) if speed else None,
+            "error_rate_before": _r(err.before) if err else None, "error_rate_after": _r(err.after) if err else None,
+            "abandoned_rate_before": _r(ab.before) if ab else None,
+            "abandoned_rate_after": _r(ab.after) if ab else None,
+            "load_ratio": _r(loads.get(kind) if kind in loads else _load_ratio(fs, name, first.onset, c.min_after)),
+            "failed_since_onset": int(sum(bad[b] for b in since)), "attempts_since_onset": int(rep.total("attempts", since))}
+
+
+def pressure(fs: FleetSeries, culprit: str, c: CascadeConfig, earliest: int) -> dict[str, Any] | None:
+    """A step up in the other replicas' summed ``vllm:num_requests_waiting`` with its onset at or after
+    bucket ``earliest`` (newest-first index), or None."""
+    others = [r for n, r in fs.replicas.items() if n != culprit]
+    waiting = [sum((r.get("waiting_mean", b) or 0.0) for r in others) if any(r.get("waiting_mean", b) is not None
+                                                                             for r in others) else None
+               for b in range(fs.n)]
+    st = step_onset(waiting, ratio=c.pressure_ratio, min_delta=c.pressure_delta, min_level=c.pressure_floor,
+                    min_after=c.min_after, max_onset=earliest)
+    if st is None:
+        return None
+    return {"onset": st.onset, "onset_at": fs.bucket_start(st.onset).isoformat(), "waiting_before": _r(st.before, 2),
+            "waiting_after": _r(st.after, 2), "replicas": sorted(r.replica for r in others)}
+
+
+def find_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig) -> dict[str, Any] | None:
+    """The chain at ``fs.now``, or None: the fleet's retries are elevated now (the newest ``min_after``
+    buckets at ``retry_floor``), and some replica is a culprit candidate (:func:`candidate`) followed by
+    a retry step no earlier than ``tolerance_s`` before its onset and no later than ``within_s`` after
+    it, and by pressure on the other replicas (a waiting step no earlier than ``tolerance_s`` before its
+    onset, or a firing saturation alert of another replica). The earliest such candidate is the
+    culprit; ties go to the larger share of the fleet's failed attempts since its onset."""
     c = config.cascade
-    within, tol = timedelta(seconds=c.within_s), timedelta(seconds=c.tolerance_s)
-    retries = lifecycle.firing(RULE_RETRY)
-    if not retries:
+    tol, within = max(1, c.tolerance_s // fs.bucket_s), c.within_s // fs.bucket_s
+    rates = retry_rates(fs, c.min_first_attempts)
+    now_level = [v for v in rates[:c.min_after] if v is not None]
+    if not now_level or min(now_level) < c.retry_floor:
         return None
-    retry = retries[0]
-    pressure = lifecycle.firing(RULE_QUEUE) + lifecycle.firing(RULE_SATURATION)
-    best = None
-    for deg in lifecycle.episodes(RULE_DEGRADATION, now - within - tol):
-        lo, hi = deg.started_at - tol, deg.started_at + within
-        if not lo <= retry.started_at <= hi:
+    saturated = lifecycle.firing(RULE_SATURATION)
+    found = []
+    for name in fs.replicas:
+        cand = candidate(fs, name, c, fs.n - 1)
+        if cand is None:
             continue
-        linked = [p for p in pressure if lo <= p.started_at <= hi
-                  and not (p.rule == RULE_SATURATION and p.replica == deg.replica)]
-        if not linked:
+        retry = step_onset(rates, ratio=c.retry_ratio, min_delta=c.retry_delta, min_level=c.retry_floor,
+                           min_after=c.min_after, max_onset=cand["onset"] + tol)
+        if retry is None or retry.onset < cand["onset"] - within:
             continue
-        # The trigger comes first: later degradations of other replicas are usually the cascade's
-        # consequences (their TTFT rises with the retried load), so the earliest onset is the culprit.
-        rank = (deg.started_at, -float((deg.onset or deg.figures).get("ratio") or 0.0))
-        if best is None or rank < best[0]:
-            best = (rank, deg, linked)
-    if best is None:
+        press = pressure(fs, name, c, cand["onset"] + tol)
+        others_saturated = [a.replica for a in saturated if a.replica != name]
+        if press is None and not others_saturated:
+            continue
+        found.append((cand, retry, press, others_saturated))
+    if not found:
         return None
-    _, deg, linked = best
-    links = [_link(deg, "trigger")] + [_link(retry, "sustaining")] + [_link(p, "pressure") for p in
-                                                                     sorted(linked, key=lambda a: a.started_at)]
-    return {"replica": deg.replica, "chain": links, "degradation": deg, "started_at": deg.started_at}
+    fleet_failed = sum(sum((r.get("gw_failed", b) or 0) + (r.get("gw_abandoned", b) or 0) + (r.get("engine_errors", b) or 0)
+                           for b in range(fs.n)) for r in fs.replicas.values()) or 1
+    for cand, *_ in found:
+        cand["failure_share"] = _r(cand["failed_since_onset"] / fleet_failed)
+        cand["explains"] = _explains(fs, cand["replica"], cand["onset"])
+    found.sort(key=lambda x: (-x[0]["onset"], -(x[0]["failure_share"] or 0), -(x[0]["speed_after"] or 0)))
+    cand, retry, press, others_saturated = found[0]
+    name = cand["replica"]
+    links = [
+        {"step": "trigger", "rule": "", "replica": name, "started_at": cand["onset_at"],
+         "summary": _trigger_summary(cand), "figures": cand},
+        {"step": "sustaining", "rule": RULE_RETRY, "replica": "", "started_at": fs.bucket_start(retry.onset).isoformat(),
+         "summary": f"fleet retries per first attempt {retry.before:.1%} -> {retry.after:.1%}",
+         "figures": {"retry_rate_before": _r(retry.before, 4), "retry_rate_after": _r(retry.after, 4)}},
+    ]
+    if press is not None:
+        links.append({"step": "pressure", "rule": RULE_QUEUE, "replica": "", "started_at": press["onset_at"],
+                      "summary": (f"requests waiting on the other replicas {press['waiting_before']:g} -> "
+                                  f"{press['waiting_after']:g}"), "figures": press})
+    for rep in others_saturated:
+        links.append({"step": "pressure", "rule": RULE_SATURATION, "replica": rep,
+                      "started_at": lifecycle.get(RULE_SATURATION, rep).started_at.isoformat(),
+                      "summary": f"{replica_label(rep)} saturated", "figures": {}})
+    return {"replica": name, "chain": links, "candidates": [x[0] for x in found], "started_at": cand["onset_at"]}
 
 
-def cascade_signal(lifecycle: Lifecycle, now: datetime, config: AlertConfig, levels: dict[str, Level]) -> Signal:
-    """The cascade verdict at ``now`` (key "" : one cascade alert per fleet).
+def _explains(fs: FleetSeries, culprit: str, onset: int) -> float | None:
+    """How much of the other replicas' rise in attempts per bucket since ``onset`` the culprit's failed
+    and abandoned attempts per bucket account for (1.0 = all of it; its removal explains their load)."""
+    rep = fs.replicas[culprit]
+    after, before = range(0, onset + 1), range(onset + 1, fs.n)
+    others = [r for n, r in fs.replicas.items() if n != culprit]
+    rise = sum(_median_over(r.values["attempts"], after) - _median_over(r.values["attempts"], before) for r in others)
+    bad = _median_over([(rep.get("gw_failed", b) or 0) + (rep.get("gw_abandoned", b) or 0) for b in range(fs.n)], after)
+    return _r(min(bad / rise, 9.99)) if rise > 0 else None
+
+
+def _trigger_summary(c: dict[str, Any]) -> str:
+    if c["evidence"] == "speed":
+        return (f"{replica_label(c['replica'])} slowed on its own work: speed ratio {c['speed_before']:.2f} -> "
+                f"{c['speed_after']:.2f} (its load x{c['load_ratio'] or 1:.2f})")
+    if c["evidence"] == "errors":
+        return (f"{replica_label(c['replica'])} answered {c['error_rate_after']:.0%} of its attempts with upstream errors "
+                f"(was {c['error_rate_before']:.0%})")
+    return (f"{replica_label(c['replica'])} timed out or lost {c['abandoned_rate_after']:.0%} of its attempts (was "
+            f"{c['abandoned_rate_before']:.0%}) with its load x{c['load_ratio'] or 1:.2f}")
+
+
+def cascade_signal(fs: FleetSeries | None, lifecycle: Lifecycle, now: datetime, config: AlertConfig,
+                   levels: dict[str, Level]) -> Signal:
+    """The cascade verdict at ``now`` (key "": one cascade alert per fleet).
 
     ``levels``: this evaluation's fleet verdicts of RULE_RETRY and RULE_QUEUE. A new cascade FIREs on
     a complete chain (:func:`find_chain`). An active one stays (HOLD) while retry amplification or
@@ -88,8 +237,13 @@ def cascade_signal(lifecycle: Lifecycle, now: datetime, config: AlertConfig, lev
     sustained = levels.get(RULE_RETRY, Level.CLEAR) is not Level.CLEAR or levels.get(RULE_QUEUE, Level.CLEAR) is not Level.CLEAR
     if current is not None:
         replica = current.replica
-        deg = lifecycle.get(RULE_DEGRADATION, replica)
-        culprit = "still degraded" if deg is not None else "recovered"
+        culprit = "recovered"
+        if fs is not None and replica in fs.replicas:
+            speed = [v for v in fs.ratios[replica][:2] if v is not None]
+            culprit = "still degraded" if speed and max(speed) >= config.cascade.speed_ratio else "recovered"
+        from alerts.model import RULE_DEGRADATION
+        if lifecycle.get(RULE_DEGRADATION, replica) is not None:
+            culprit = "still degraded"
         figures = dict(current.figures)
         figures.update(culprit_status=culprit, retry_level=levels.get(RULE_RETRY, Level.CLEAR).value,
                        queue_level=levels.get(RULE_QUEUE, Level.CLEAR).value)
@@ -97,15 +251,17 @@ def cascade_signal(lifecycle: Lifecycle, now: datetime, config: AlertConfig, lev
         summary = _summary(replica, figures["chain"], culprit)
         return Signal(RULE_CASCADE, "", level, "critical", summary, figures, replica=replica,
                       description=current.description, labels={"replica": replica})
-    chain = find_chain(lifecycle, now, config)
+    chain = find_chain(fs, lifecycle, config) if fs is not None else None
     if chain is None:
         return Signal(RULE_CASCADE, "", Level.CLEAR, "critical", "no cascade", {})
     replica = chain["replica"]
-    figures = {"culprit": replica, "chain": chain["chain"], "actions": actions(replica), "culprit_status": "degraded"}
-    description = ("One degraded replica raised latency, clients retried, queues grew and the healthy replicas "
-                   "saturated: a cascading (possibly metastable) failure. The alert stays firing while retries and "
-                   "queues stay elevated, even after the culprit recovers. Suggested actions: "
-                   + " ".join(f"({i}) {a}" for i, a in enumerate(actions(replica), 1)))
+    figures = {"culprit": replica, "chain": chain["chain"], "candidates": chain["candidates"],
+               "actions": actions(replica), "culprit_status": "degraded"}
+    description = ("One replica slowed or failed on its own work, clients retried, and the other replicas' queues "
+                   "grew: a cascading (possibly metastable) failure. The culprit is the replica whose own speed or "
+                   "failures stepped up first while its load did not; the evidence lists every candidate. The alert "
+                   "stays firing while retries and queues stay elevated, even after the culprit recovers. Suggested "
+                   "actions: " + " ".join(f"({i}) {a}" for i, a in enumerate(actions(replica), 1)))
     return Signal(RULE_CASCADE, "", Level.FIRE, "critical", _summary(replica, chain["chain"], "degraded"), figures,
                   replica=replica, description=description, labels={"replica": replica})
 

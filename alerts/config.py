@@ -13,26 +13,79 @@ from typing import Any
 
 
 @dataclass
-class DegradationConfig:
-    """Rule 1, replica degradation (issue 7): a replica's ITL or TTFT p50 over ``window_s`` is at
-    least ``ratio`` x the median of the other replicas' p50s, or its error rate jumps.
+class SeriesConfig:
+    """The per-replica and fleet series every replica rule and the cascade read (alerts/series.py):
+    ``buckets`` buckets of ``bucket_s`` (24 x 1 min: the cascade's 10-min look-back plus a baseline
+    before it). ``min_samples``: calls a per-bucket median needs (fewer: no figure for that bucket).
+    ``min_same_type_peers``: a replica is compared with its GPU type when it has at least this many
+    same-type peers (issue 15: with fewer, a lone A100 among H100s or a pair of A100s, it is compared
+    with the fleet and judged against its own recent baseline)."""
 
-    Defaults: 2 min window and 1.5x from the issue. ``min_requests`` 5 calls per replica (a p50 of
-    fewer is noise; at the issue's modest rates a replica serves ~10/min). ``clear_ratio`` 1.2:
-    hysteresis band below the trigger. Error jump: rate >= ``error_rate_min`` (5%) and >=
-    ``error_ratio`` (3x) the others' median rate (floored at ``error_floor``, 1%); clears below
-    ``error_clear`` (2%). Our defaults, tuned on the emulator scenarios (alerts/scenarios.py).
+    bucket_s: int = 60
+    buckets: int = 24
+    min_samples: int = 5
+    min_same_type_peers: int = 2
+
+
+@dataclass
+class DegradationConfig:
+    """Rule 1, replica degradation: a replica slower than its peers on its own work, or failing.
+
+    Speed: the speed ratio (alerts/series.py: per-token decode and per-prompt-token prefill latency
+    against the median of its group, the smaller of the two) averaged over ``window_s`` (2 min, issue 7),
+    weighted by calls. With >= ``SeriesConfig.min_same_type_peers`` same-type peers it FIREs at
+    ``ratio`` (1.5x, issue 7); otherwise the ratio is divided by the replica's own baseline (median of
+    its older buckets, at least ``baseline_buckets`` of them, frozen while the alert is active) and that
+    quotient must reach ``ratio``. ``clear_ratio`` 1.2: the hysteresis band.
+    Errors: failed attempts (error_class upstream_error or timeout of gateway attempts on it, engine
+    finish 'error') / attempts >= ``error_rate_min`` (5%) and >= ``error_ratio`` (3x) the others'
+    median (floored at ``error_floor``, 1%), with at least ``min_errors``; clears below ``error_clear``.
+    A firing alert whose replica stops reporting stays firing in a no-data state (issue 15), and
+    resolves after ``no_data_resolve_s`` without data (30 min: a replica retired while degraded).
     """
 
     window_s: int = 120
     ratio: float = 1.5
     clear_ratio: float = 1.2
-    min_requests: int = 5
-    min_other_replicas: int = 2
+    baseline_buckets: int = 4
     error_rate_min: float = 0.05
     error_ratio: float = 3.0
     error_floor: float = 0.01
     error_clear: float = 0.02
+    min_errors: int = 3
+    min_attempts: int = 10
+    for_s: int = 60
+    no_data_resolve_s: int = 1800
+
+
+@dataclass
+class ReplicaDownConfig:
+    """Rule 8, replica down (issue 15): nothing from the replica's engine (no engine spans, no
+    successful gateway attempt) over ``window_s`` while its scrape fails (``up`` = 0) or the gateway
+    still sends it attempts that fail (connection refused, 5xx: it routes to it or keeps re-probing
+    it after an ejection). A planned scale-down (out of the gateway's pool and of the scrape targets)
+    shows neither and raises nothing. ``for_s`` 60: a crash that restarts within a minute is a blip.
+    ``share_window_s``: the period before the outage whose share of the fleet's calls is reported as
+    capacity lost."""
+
+    window_s: int = 60
+    for_s: int = 60
+    share_window_s: int = 600
+
+
+@dataclass
+class TelemetryConfig:
+    """Rule 9, per-replica telemetry health (issue 15), per source: ``spans`` (vLLM's llm_request) and
+    ``metrics`` (scraped gauges). A source is lost when the replica demonstrably serves (at least
+    ``min_served`` successful gateway attempts, or engine spans / running requests from the other
+    source, over ``window_s``) while that source sent nothing, having sent in the older buckets (a
+    call the gateway saw succeed has its engine span end within the same second; scrapes come every
+    10-15 s, so one minute without any is no jitter). When
+    every replica lost the same source at once it is one fleet-wide alert (key "") instead of one per
+    replica. ``for_s`` 60."""
+
+    window_s: int = 60
+    min_served: int = 3
     for_s: int = 60
 
 
@@ -60,41 +113,47 @@ class RetryConfig:
 
 @dataclass
 class QueueConfig:
-    """Rule 3, queue growth (issue 7): fleet ``vllm:num_requests_waiting`` (sum of replica means per
-    bucket) or engine queue-time p95 rising over ``windows`` consecutive buckets of ``bucket_s``.
+    """Rule 3, queue growth (issue 7): fleet ``vllm:num_requests_waiting`` (sum of the replicas' means
+    per series bucket) or the worst replica's engine queue-time p95 rising over ``windows`` consecutive
+    buckets, to well above its own recent level.
 
     Rising = each bucket above the one before by at least ``min_step`` requests (``min_step_s`` for
-    queue time) and the newest at least ``min_waiting`` requests (``min_queue_p95_s``), so jitter
-    around an empty queue never fires. Clears when the newest bucket is back to ``clear_waiting``
-    requests and ``clear_queue_p95_s`` (queues back to an idle fleet's level). Our defaults;
-    ``windows`` 2 (not more): in the emulator scenarios a slow replica's queue fills within ~2 min
-    and then plateaus, since clients time out and abort what waited too long (the queue is bounded
-    by arrival rate x client timeout), so a third rising minute often never comes.
+    queue time), the newest at least ``min_waiting`` requests (``min_queue_p95_s``) and at least
+    ``growth_ratio`` x the median of the older buckets (a busy fleet whose queue is never quite
+    empty is not growing: issue 15's noise). Clears when the newest bucket is back to
+    ``max(clear_waiting, clear_ratio x that median)`` requests and likewise for queue time.
+    ``windows`` 2 (not more): a slow replica's queue fills within ~2 min and then plateaus, since
+    clients time out and abort what waited too long (the queue is bounded by arrival rate x client
+    timeout), so a third rising minute often never comes. ``for_s`` 60.
     """
 
-    bucket_s: int = 60
     windows: int = 2
     min_step: float = 0.5
     min_waiting: float = 4.0
     min_step_s: float = 0.25
     min_queue_p95_s: float = 2.0
+    growth_ratio: float = 2.0
     clear_waiting: float = 2.0
     clear_queue_p95_s: float = 1.0
-    for_s: int = 0
+    clear_ratio: float = 1.5
+    for_s: int = 60
 
 
 @dataclass
 class SaturationConfig:
-    """Rule 4, saturation (issue 7): a replica's mean KV-cache use over ``window_s`` >= ``kv_ratio``
-    (90%, issue) or its running requests at ``max_running`` (vLLM ``--max-num-seqs``, EngineArgs
-    default 256; set ``max_running_by_replica`` to your launch values). Clears below ``kv_clear``
-    (80%) and ``running_clear`` (90%) of max running.
+    """Rule 4, saturation (issue 7): over ``window_s`` a replica's mean KV-cache use >= ``kv_ratio``
+    (90%, issue), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
+    never 0, mean >= ``min_waiting``): it admits no more, whatever limit stopped it (``--max-num-seqs``,
+    KV blocks, the token budget), so no launch value has to be configured; or, when given, its running
+    requests at ``max_running`` / ``max_running_by_replica`` (your ``--max-num-seqs``). Clears below
+    ``kv_clear`` (80%) with the queue emptied at some scrape (and running below ``running_clear`` x max).
     """
 
-    window_s: int = 60
+    window_s: int = 120
     kv_ratio: float = 0.90
     kv_clear: float = 0.80
-    max_running: int = 256
+    min_waiting: float = 1.0
+    max_running: int | None = None
     max_running_by_replica: dict[str, int] = field(default_factory=dict)
     running_clear: float = 0.90
     for_s: int = 60
@@ -102,19 +161,45 @@ class SaturationConfig:
 
 @dataclass
 class CascadeConfig:
-    """Rule 5, cascading degradation (issue 7): degradation of a replica followed within
-    ``within_s`` (10 min) by retry amplification and (queue growth or saturation of another replica).
+    """Rule 5, cascading degradation, chained from step changes in the signals (issue 15), not from
+    when other alerts started (a retry alert held up by bursts never restarts, and would never chain).
 
-    ``tolerance_s`` (2 min): a later rule may start this much before the degradation (its window is
-    shorter/longer, so onsets are compared with that slack). Stays firing while retry amplification
-    or queue growth persists (the sustaining effect of a metastable failure, OSDI'22) even after the
-    culprit recovered. Cost fallback when the cost engine's tables are absent: fleet GPU-hours x
-    ``gpu_hour_usd`` x the retry share of attempts (``gpu_hour_usd`` 2.50: an on-demand H100-class
-    GPU-hour, order of magnitude of 2025 cloud list prices; configure yours).
+    Over the series' buckets (SeriesConfig):
+    - retries: the fleet's retries per first attempt per bucket (client ``task.attempt`` >= 2, and the
+      gateway's hidden retries: the larger) step up: the median of ``min_after`` buckets from the onset
+      reaches ``retry_ratio`` x the median before (floored at ``retry_floor``) and the before level plus
+      ``retry_delta``; the newest ``min_after`` buckets still above ``retry_floor``.
+    - culprit: a replica whose speed ratio (its own baseline's multiple when it has too few same-type
+      peers) steps up to ``speed_ratio``, or whose failed and abandoned attempts per attempt step up
+      (``failure_floor``, ``failure_ratio``, ``failure_delta``) while its own attempts did not rise more
+      than ``load_rise`` x (failures that its own load does not explain), with the onset no later than
+      ``tolerance_s`` after the retries' and no earlier than ``within_s`` before. The earliest onset is the
+      culprit; ties go to the larger share of the fleet's failed attempts ("where the retries come from").
+    - pressure: the other replicas' summed ``vllm:num_requests_waiting`` steps up (``pressure_floor``,
+      ``pressure_ratio``, ``pressure_delta``) no earlier than ``tolerance_s`` before the culprit's onset,
+      or a saturation alert fires on another replica.
+    Stays firing while retry amplification or queue growth persists (the sustaining effect of a
+    metastable failure, OSDI'22) even after the culprit recovered. Cost fallback when the cost
+    engine's tables are absent: fleet GPU-hours x ``gpu_hour_usd`` x the retry share of attempts
+    (``gpu_hour_usd`` 2.50: an on-demand H100-class GPU-hour, order of magnitude of 2025 cloud list
+    prices; configure yours).
     """
 
     within_s: int = 600
-    tolerance_s: int = 120
+    tolerance_s: int = 60
+    min_after: int = 2
+    retry_floor: float = 0.05
+    retry_ratio: float = 2.0
+    retry_delta: float = 0.03
+    min_first_attempts: int = 20
+    speed_ratio: float = 1.5
+    failure_floor: float = 0.1
+    failure_ratio: float = 3.0
+    failure_delta: float = 0.05
+    load_rise: float = 1.3
+    pressure_floor: float = 2.0
+    pressure_ratio: float = 2.0
+    pressure_delta: float = 1.5
     gpus_per_replica: int = 1
     gpu_hour_usd: float = 2.50
     for_s: int = 0
@@ -147,7 +232,9 @@ class SloConfig:
     ``success_target`` 0.99 and ``goodput_target`` 0.90 are our defaults (set yours). A tier whose
     factor >= 1 / (1 - target) could never fire (the error ratio would need to exceed 100%); it is
     re-derived to ``rederive_fraction`` (0.5) of that maximum, i.e. it fires when half the tasks in
-    both windows are bad, and the alert's description says so. ``min_tasks`` 10 per short window.
+    both windows are bad, and the alert's description says so. ``min_tasks`` 10 per short window;
+    ``min_bad`` 3 bad tasks in the long window (a single failed task right after a start, with little
+    history, is a burn rate of many x the budget and no incident).
     """
 
     period_s: int = 30 * 86400
@@ -156,6 +243,7 @@ class SloConfig:
     tiers: list[BurnTier] = field(default_factory=default_tiers)
     rederive_fraction: float = 0.5
     min_tasks: int = 10
+    min_bad: int = 3
     lookback_s: int = 3600
     for_s: int = 0
 
@@ -163,12 +251,13 @@ class SloConfig:
 @dataclass
 class IngestionConfig:
     """Rule 7, ingestion health (issue 7): newest-row lag (span ends or gauge points) >= ``max_lag_s``
-    (5 min: 20 scrapes at the scraper's 15 s interval missed), receiver rejections since the last
+    (2 min: 8 scrapes at the scraper's 15 s interval missed; an idle fleet is still scraped), receiver
+    rejections since the last
     evaluation, a spool backlog >= ``spool_backlog_bytes`` (every accepted request passes through the
     receiver's spool, so a small backlog is normal; 64 MiB is the OTLP body cap, i.e. more than one
     full request waiting: store writes are falling behind or failing), store unavailable."""
 
-    max_lag_s: int = 300
+    max_lag_s: int = 120
     lookback_s: int = 86400
     for_s: int = 60
     spool_backlog_bytes: int = 64 * 1024 * 1024
@@ -200,6 +289,10 @@ class AlertConfig:
     its clear condition held this long (3 min). ``lookback_s``: longest call expected, bounds scans.
     ``resend_s``: Alertmanager re-send period for firing alerts (Prometheus re-sends every 1 min;
     endsAt = now + 4 x resend, as Prometheus does). ``external_url``: base of generatorURL links.
+    ``group_wait_s``: alerts a cascade may explain (replica degradation, retry amplification, queue
+    growth, saturation) are notified this long after they fire, if still firing and not inhibited by
+    then (Alertmanager's group_wait, 30 s by default; 120 s here because a cascade's chain completes
+    about two minutes after its first member fires), so one incident makes one notification.
     """
 
     interval_s: float = 15.0
@@ -208,7 +301,11 @@ class AlertConfig:
     resend_s: int = 60
     external_url: str = "http://127.0.0.1:8501/alerts"
     evaluator_id: str = "infercost"
+    group_wait_s: int = 120
+    series: SeriesConfig = field(default_factory=SeriesConfig)
     degradation: DegradationConfig = field(default_factory=DegradationConfig)
+    down: ReplicaDownConfig = field(default_factory=ReplicaDownConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     retry: RetryConfig = field(default_factory=RetryConfig)
     queue: QueueConfig = field(default_factory=QueueConfig)
     saturation: SaturationConfig = field(default_factory=SaturationConfig)
@@ -232,13 +329,17 @@ class AlertConfig:
         d, r, q, s, slo = self.degradation, self.retry, self.queue, self.saturation, self.slo
         for path, value in [("degradation.window_s", d.window_s), ("degradation.ratio", d.ratio),
                             ("retry.window_s", r.window_s), ("retry.baseline_s", r.baseline_s),
-                            ("queue.bucket_s", q.bucket_s), ("queue.windows", q.windows),
-                            ("saturation.window_s", s.window_s), ("saturation.max_running", s.max_running),
+                            ("queue.windows", q.windows),
+                            ("saturation.window_s", s.window_s), ("series.bucket_s", self.series.bucket_s),
+                            ("series.buckets", self.series.buckets), ("down.window_s", self.down.window_s),
+                            ("telemetry.window_s", self.telemetry.window_s),
                             ("cascade.within_s", self.cascade.within_s), ("slo.period_s", slo.period_s),
                             ("ingestion.max_lag_s", self.ingestion.max_lag_s),
                             ("budget.burn_ratio", self.budget.burn_ratio),
                             ("spend_anomaly.ratio", self.spend_anomaly.ratio)]:
             positive(path, value)
+        if s.max_running is not None:
+            positive("saturation.max_running", s.max_running)
         if d.clear_ratio > d.ratio:
             problems.append(f"degradation.clear_ratio ({d.clear_ratio}) must be <= degradation.ratio ({d.ratio})")
         if r.clear_rate > r.min_rate:
@@ -292,6 +393,11 @@ def _build(kind, data: dict[str, Any], prefix: str, problems: list[str]):
                 problems.append(f"{path}: {exc}")
         elif dataclasses.is_dataclass(default):
             values[key] = _build(type(default), value, f"{path}.", problems)
+        elif default is None:  # optional numbers (saturation.max_running)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                problems.append(f"{path} must be a whole number or null, got {value!r}")
+            else:
+                values[key] = value
         elif isinstance(default, bool) or (isinstance(default, (int, float)) and not isinstance(value, (int, float))):
             problems.append(f"{path} must be a number, got {value!r}")
         elif isinstance(default, int) and isinstance(value, float) and not value.is_integer():

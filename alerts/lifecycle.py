@@ -5,6 +5,10 @@ evidence, they do not create alerts). A FIRE verdict starts a pending alert; it 
 trigger held for the rule's ``for_s`` (Prometheus' ``for``). A pending alert that sees HOLD or
 CLEAR is cancelled. A firing alert stays firing on FIRE and HOLD (the band between the trigger and
 clear thresholds) and resolves only after CLEAR verdicts for ``resolve_after_s`` in a row.
+Missing data is not all-clear (issue 15): a firing alert whose rule says ``no_data`` about it, or
+says nothing about it at all, stays firing in a "no data" state with its last evidence (a
+``no_data`` transition records it; ``data_back`` when data returns) and resolves only after
+``no_data_resolve_s`` without data; a pending alert without data is cancelled.
 Every change is returned as a :class:`Transition` (the evaluator writes and notifies them).
 """
 
@@ -19,8 +23,9 @@ from alerts.model import Alert, Level, Signal, State, Transition
 class Lifecycle:
     """The state of every alert of one evaluator. Not thread-safe: one evaluator owns it."""
 
-    def __init__(self, resolve_after_s: float, history_s: float = 3 * 3600):
+    def __init__(self, resolve_after_s: float, history_s: float = 3 * 3600, no_data_resolve_s: float = 1800):
         self.resolve_after = timedelta(seconds=resolve_after_s)
+        self.no_data_resolve = timedelta(seconds=no_data_resolve_s)
         self.history_window = timedelta(seconds=history_s)
         self.active: dict[tuple[str, str], Alert] = {}
         self.history: list[Alert] = []  # closed alerts (resolved or cancelled), newest last
@@ -44,7 +49,7 @@ class Lifecycle:
 
         ``for_s``: per rule, how long FIRE must hold before firing (0 = fire at once). Active alerts
         of an evaluated rule that got no signal this time (e.g. a replica that stopped reporting)
-        are treated as CLEAR. Returns the transitions in order.
+        have no data (see the module doc). Returns the transitions in order.
         """
         transitions: list[Transition] = []
         seen = set()
@@ -53,9 +58,9 @@ class Lifecycle:
             transitions += self._advance(signal, now, for_s.get(signal.rule, 0))
         for (rule, key), alert in list(self.active.items()):
             if rule in evaluated_rules and (rule, key) not in seen:
-                silent = Signal(rule, key, Level.CLEAR, alert.severity, alert.summary, alert.figures,
-                                replica=alert.replica, description=alert.description, labels=alert.labels)
-                transitions += self._advance(silent, now, for_s.get(rule, 0), update=False)
+                silent = Signal(rule, key, Level.HOLD, alert.severity, alert.summary, alert.figures,
+                                replica=alert.replica, description=alert.description, labels=alert.labels, no_data=True)
+                transitions += self._advance(silent, now, for_s.get(rule, 0))
         cutoff = now - self.history_window
         self.history = [a for a in self.history if (a.resolved_at or a.started_at) >= cutoff]
         return transitions
@@ -76,6 +81,12 @@ class Lifecycle:
             else:
                 out.append(_snapshot(now, alert))
             return out
+        if signal.no_data:
+            return self._no_data(key, alert, now)
+        if alert.no_data_since is not None:  # data is back
+            alert.no_data_since = None
+            alert.figures.pop("data_state", None)
+            out.append(Transition(now, _copy(alert), alert.state, "data_back"))
         if update and not (signal.level is Level.CLEAR and alert.state is State.FIRING):
             _update(alert, signal)
         elif update:
@@ -104,6 +115,25 @@ class Lifecycle:
             alert.clear_since = None
         return out
 
+    def _no_data(self, key, alert: Alert, now: datetime) -> list[Transition]:
+        if alert.state is State.PENDING:
+            alert.state = State.CANCELLED
+            alert.resolved_at = now
+            self._close(key, alert)
+            return [_snapshot(now, alert)]
+        alert.clear_since = None
+        if alert.no_data_since is None:
+            alert.no_data_since = now
+            alert.figures["data_state"] = "no_data"
+            return [Transition(now, _copy(alert), alert.state, "no_data")]
+        if now - alert.no_data_since >= self.no_data_resolve:
+            alert.state = State.RESOLVED
+            alert.resolved_at = now
+            alert.figures["resolved_by"] = "no_data_timeout"
+            self._close(key, alert)
+            return [_snapshot(now, alert)]
+        return []
+
     def _fire(self, alert: Alert, now: datetime) -> Transition:
         alert.state = State.FIRING
         alert.fired_at = now
@@ -124,6 +154,9 @@ def _update(alert: Alert, signal: Signal) -> None:
     alert.labels = dict(signal.labels)
 
 
+def _copy(alert: Alert) -> Alert:
+    return dataclasses.replace(alert, figures=dict(alert.figures), labels=dict(alert.labels), onset=dict(alert.onset))
+
+
 def _snapshot(now: datetime, alert: Alert) -> Transition:
-    copy = dataclasses.replace(alert, figures=dict(alert.figures), labels=dict(alert.labels), onset=dict(alert.onset))
-    return Transition(now, copy, alert.state)
+    return Transition(now, _copy(alert), alert.state)

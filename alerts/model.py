@@ -2,7 +2,9 @@
 
 A rule returns, per key (a replica, a tier, or "" for the fleet), a three-valued :class:`Level`:
 ``FIRE`` (trigger condition holds), ``HOLD`` (between trigger and clear thresholds: a firing alert
-stays firing, a new one does not start) or ``CLEAR`` (clear condition holds; also "no data").
+stays firing, a new one does not start) or ``CLEAR`` (clear condition holds). A signal marked
+``no_data`` says the rule's data about the key disappeared: a firing alert stays firing in a
+"no data" state (its last evidence kept), a pending one is cancelled.
 Two thresholds plus a minimum clear time are the hysteresis of the lifecycle (alerts/lifecycle.py).
 """
 
@@ -21,10 +23,12 @@ RULE_SATURATION = "saturation"
 RULE_CASCADE = "cascading_degradation"
 RULE_SLO = "slo_burn_rate"
 RULE_INGESTION = "ingestion_health"
+RULE_DOWN = "replica_down"
+RULE_TELEMETRY = "telemetry_health"
 RULE_BUDGET = "budget_burn"  # alerts/rules_budget.py
 RULE_SPEND_ANOMALY = "spend_anomaly"  # alerts/rules_budget.py
 RULES = (RULE_DEGRADATION, RULE_RETRY, RULE_QUEUE, RULE_SATURATION, RULE_CASCADE, RULE_SLO, RULE_INGESTION,
-         RULE_BUDGET, RULE_SPEND_ANOMALY)
+         RULE_DOWN, RULE_TELEMETRY, RULE_BUDGET, RULE_SPEND_ANOMALY)
 
 
 class Level(enum.Enum):
@@ -57,6 +61,7 @@ class Signal:
     replica: str = ""
     description: str = ""
     labels: dict[str, str] = field(default_factory=dict)
+    no_data: bool = False
 
 
 def replica_label(replica: str) -> str:
@@ -91,6 +96,10 @@ class Alert:
     est_cost_usd: float | None = None
     cost_source: str = ""
     last_sent: datetime | None = None
+    no_data_since: datetime | None = None  # firing, but the rule's data about it disappeared then
+    inhibited_by: str = ""  # id of the alert that explains it (a cascade): recorded, not notified
+    notified: bool = False  # a firing notification went out (so its resolution is notified too)
+    notify_after: datetime | None = None  # group wait: notify then if still firing and not inhibited
 
     @property
     def id(self) -> str:
@@ -103,8 +112,13 @@ class Alert:
 
 @dataclass(frozen=True)
 class Transition:
-    """A state change of an alert at ``at`` (what is written to the table and notified)."""
+    """A state change of an alert at ``at`` (what is written to the table and notified).
+
+    ``note``: "" for a change of ``state``; "no_data" / "data_back" when a firing alert lost or regained
+    its data, "inhibited" / "uninhibited" when another alert started or stopped explaining it
+    (recorded, not notified)."""
 
     at: datetime
     alert: Alert
     state: State
+    note: str = ""

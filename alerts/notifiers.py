@@ -83,18 +83,38 @@ def webhook_payload(batch: list[Notification], sender: str = "infercost") -> dic
     }
 
 
-def slack_payload(batch: list[Notification]) -> dict[str, Any]:
+SLACK_MAX_BLOCKS = 50  # Slack rejects a message with more blocks (Block Kit reference, "Blocks")
+
+
+def slack_payloads(batch: list[Notification]) -> list[dict[str, Any]]:
+    """The batch as Slack messages of at most ``SLACK_MAX_BLOCKS`` blocks each (a header and two blocks
+    per alert: 24 alerts per message), in order; headers say "part i/n" when there are several."""
+    per = (SLACK_MAX_BLOCKS - 1) // 2
+    chunks = [batch[i:i + per] for i in range(0, len(batch), per)] or [[]]
+    return [slack_payload(chunk, (i + 1, len(chunks)) if len(chunks) > 1 else None) for i, chunk in enumerate(chunks)]
+
+
+def slack_payload(batch: list[Notification], part: tuple[int, int] | None = None) -> dict[str, Any]:
     """Slack incoming-webhook body ``{text, blocks}`` (Block Kit: a header, one section per alert
-    with mrkdwn text, a context line with times and cost); ``text`` is the notification fallback."""
+    with mrkdwn text, a context line with times and cost); ``text`` is the notification fallback.
+    A cascade's section lists the alerts it groups (``evidence['members']``). At most 24 alerts fit
+    Slack's 50-block limit: use :func:`slack_payloads` for larger batches."""
     firing = [n for n in batch if n.state == "firing"]
     title = (f"{len(firing)} alert(s) firing" if firing else "") + (
         (", " if firing else "") + f"{len(batch) - len(firing)} resolved" if len(batch) > len(firing) else "")
+    if part is not None:
+        title += f" (part {part[0]}/{part[1]})"
     blocks: list[dict[str, Any]] = [{"type": "header", "text": {"type": "plain_text", "text": f"infercost: {title}"[:150]}}]
     lines = []
     for n in batch:
         icon = ":red_circle:" if n.state == "firing" else ":white_check_mark:"
         head = f"{icon} *[{n.state.upper()}] {n.rule}*" + (f" — replica `{n.replica}`" if n.replica else "") + f" ({n.severity})"
         text = f"{head}\n{n.summary}"
+        members = n.evidence.get("members") if isinstance(n.evidence, dict) else None
+        if members:
+            text += "\n*Grouped here (not notified separately):*\n" + "\n".join(
+                f"• {m['rule']}{' `' + m['replica'] + '`' if m.get('replica') else ''}: {m['summary']}"[:300]
+                for m in members[:10])
         actions = n.evidence.get("actions") if isinstance(n.evidence, dict) else None
         if actions:
             text += "\n*Suggested actions:*\n" + "\n".join(f"• {a}" for a in actions)
@@ -176,17 +196,23 @@ class Notifier:
             return self.url.rstrip("/") + "/api/v2/alerts"
         return self.url
 
-    def body(self, batch: list[Notification]) -> Any:
+    def bodies(self, batch: list[Notification]) -> list[Any]:
+        """The request bodies of ``batch``: one, except Slack's, split at its 50-block limit."""
         if self.kind == "slack":
-            return slack_payload(batch)
+            return slack_payloads(batch)
         if self.kind == "alertmanager":
-            return alertmanager_payload(batch, self.resend_s)
-        return webhook_payload(batch)
+            return [alertmanager_payload(batch, self.resend_s)]
+        return [webhook_payload(batch)]
 
     def send(self, batch: list[Notification], client: httpx.Client) -> None:
-        """POST the batch once; raises DeliveryError (retryable for connection errors, 408, 429, 5xx)."""
+        """POST every body of the batch once; raises DeliveryError (see :meth:`post`)."""
+        for body in self.bodies(batch):
+            self.post(body, client)
+
+    def post(self, body: Any, client: httpx.Client) -> None:
+        """POST one body; raises DeliveryError (retryable for connection errors, 408, 429, 5xx)."""
         try:
-            response = client.post(self.endpoint, json=self.body(batch), timeout=self.timeout_s)
+            response = client.post(self.endpoint, json=body, timeout=self.timeout_s)
         except httpx.HTTPError as exc:
             raise DeliveryError(f"{self.kind} {self.endpoint}: {exc}", retryable=True) from exc
         if response.status_code >= 300:
@@ -285,9 +311,21 @@ class Dispatcher:
                     q.task_done()
 
     def _deliver(self, notifier: Notifier, batch: list[Notification], client: httpx.Client) -> None:
+        try:
+            bodies = notifier.bodies(batch)
+        except Exception as exc:  # a bug in a payload builder must not kill the thread
+            with self._lock:
+                self.stats.failed += 1
+                self.stats.last_error = repr(exc)
+            log.exception("alert payload failed")
+            return
+        for body in bodies:  # in order; a retry re-sends only the body that failed, not those delivered
+            self._deliver_body(notifier, body, client)
+
+    def _deliver_body(self, notifier: Notifier, body: Any, client: httpx.Client) -> None:
         for attempt in range(1, self.max_attempts + 1):
             try:
-                notifier.send(batch, client)
+                notifier.post(body, client)
                 with self._lock:
                     self.stats.sent += 1
                     self.stats.by_kind[notifier.kind] = self.stats.by_kind.get(notifier.kind, 0) + 1
@@ -304,7 +342,7 @@ class Dispatcher:
                     self.stats.retries += 1
                 delay = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
                 self._sleep(random.uniform(0, delay))
-            except Exception as exc:  # a bug in a payload builder must not kill the thread
+            except Exception as exc:  # an unexpected error must not kill the thread
                 with self._lock:
                     self.stats.failed += 1
                     self.stats.last_error = repr(exc)

@@ -1,5 +1,5 @@
-"""Rules 1-4 of issue 7 over the fleet's telemetry: replica degradation, retry amplification,
-queue growth, saturation. Each rule is a pure function of query results (unit-testable with
+"""Fleet rules 2-4 of issue 7: retry amplification, queue growth, saturation (rule 1, replica
+degradation, and the other per-replica rules are in alerts/rules_replica.py). Each rule is a pure function of query results (unit-testable with
 hand-computed inputs) plus a thin ``*_signals(store, now, config)`` that runs its named queries.
 
 Position: alerts/ reads the store only through ``schema.queries.alerts``. Units: seconds, requests,
@@ -12,96 +12,14 @@ from datetime import datetime
 from statistics import median
 from typing import Any
 
-from alerts.config import AlertConfig, DegradationConfig, QueueConfig, RetryConfig, SaturationConfig
-from alerts.model import (RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal, replica_label)
+from alerts.config import AlertConfig, QueueConfig, RetryConfig, SaturationConfig
+from alerts.model import RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal, replica_label
+from alerts.series import FleetSeries
 from schema.queries import alerts as q
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(float(value), digits)
-
-
-# --- 1. replica degradation ------------------------------------------------------------------------
-
-def degradation_from_stats(stats: list[dict[str, Any]], cfg: DegradationConfig) -> list[Signal]:
-    """Verdicts per replica from :func:`schema.queries.alerts.replica_latency` rows.
-
-    ratio = max(ITL p50 / median of the peers' ITL p50s, same for TTFT p50), each taken only where
-    both sides have >= ``min_requests`` samples; peers = the other replicas of the same GPU type when
-    there is at least one (a mixed H100/A100 fleet is not degraded by design), else all other
-    replicas (at least ``min_other_replicas``); error rate = errors / requests.
-    FIRE: ratio >= ``cfg.ratio``, or error rate >= ``error_rate_min`` and >= ``error_ratio`` x
-    max(others' median rate, ``error_floor``). CLEAR: ratio < ``clear_ratio`` and error rate <
-    ``error_clear`` or below half that multiple of the others' (it no longer stands out), or too
-    little data to compare. HOLD otherwise.
-    """
-    usable = {s["replica"]: s for s in stats if int(s["requests"]) >= cfg.min_requests}
-    out = []
-    for s in stats:
-        replica = s["replica"]
-        others = [o for name, o in usable.items() if name != replica]
-        # Peers on the same GPU type when there are any: an A100 is slower than an H100 by design, and
-        # a mixed fleet must not page for it; otherwise every other replica.
-        gpu = s.get("gpu_type") or ""
-        same = [o for o in others if gpu and (o.get("gpu_type") or "") == gpu]
-        # Same-type replicas that exist but lack samples are no reason to compare with other GPU types.
-        has_same_type = any(o["replica"] != replica and gpu and (o.get("gpu_type") or "") == gpu for o in stats)
-        if same:
-            others = same
-        elif has_same_type:
-            others = []
-        figures: dict[str, Any] = {"window_s": cfg.window_s, "requests": int(s["requests"]),
-                                   "other_replicas": len(others), "peers": "same_gpu_type" if same else "fleet",
-                                   "gpu_type": gpu}
-        if replica not in usable or len(others) < (1 if same else cfg.min_other_replicas):
-            out.append(Signal(RULE_DEGRADATION, replica, Level.CLEAR, "warning",
-                              f"{replica_label(replica)}: too few calls to compare", figures, replica=replica))
-            continue
-        ratios = {}
-        for metric, samples in (("itl_p50_s", "itl_samples"), ("ttft_p50_s", "ttft_samples")):
-            peers = [float(o[metric]) for o in others if int(o[samples]) >= cfg.min_requests]
-            if int(s[samples]) >= cfg.min_requests and len(peers) >= (1 if same else cfg.min_other_replicas) \
-                    and median(peers) > 0:
-                base = median(peers)
-                ratios[metric] = float(s[metric]) / base
-                figures[metric] = _r(s[metric])
-                figures[f"others_median_{metric}"] = _r(base)
-                figures[f"{metric.split('_')[0]}_ratio"] = _r(ratios[metric], 3)
-        error_rate = int(s["errors"]) / int(s["requests"])
-        others_error = median(int(o["errors"]) / int(o["requests"]) for o in others)
-        figures.update(error_rate=_r(error_rate), others_median_error_rate=_r(others_error),
-                       queue_p95_s=_r(s.get("queue_p95_s")))
-        ratio = max(ratios.values(), default=0.0)
-        figures["ratio"] = _r(ratio, 3)
-        error_jump = error_rate >= cfg.error_rate_min and error_rate >= cfg.error_ratio * max(others_error, cfg.error_floor)
-        if ratio >= cfg.ratio or error_jump:
-            level = Level.FIRE
-        elif ratio < cfg.clear_ratio and (error_rate < cfg.error_clear
-                                          or error_rate < cfg.error_ratio / 2 * max(others_error, cfg.error_floor)):
-            # errors low, or no longer standing out (a fleet-wide overload fails every replica alike)
-            level = Level.CLEAR
-        else:
-            level = Level.HOLD
-        worst = max(ratios, key=ratios.get) if ratios else None
-        if error_jump and (worst is None or ratios[worst] < cfg.ratio):
-            summary = (f"{replica_label(replica)} error rate {error_rate:.1%} vs {others_error:.1%} on the other "
-                       "replicas "
-                       f"(last {cfg.window_s}s)")
-        elif worst:
-            label = "inter-token latency" if worst == "itl_p50_s" else "TTFT"
-            summary = (f"{replica_label(replica)} {label} p50 {float(s[worst]) * 1000:.0f} ms = {ratios[worst]:.2f}x the "
-                       f"other replicas' median (last {cfg.window_s}s)")
-        else:
-            summary = f"{replica_label(replica)}: no latency samples to compare"
-        out.append(Signal(RULE_DEGRADATION, replica, level, "warning", summary, figures, replica=replica,
-                          labels={"replica": replica}))
-    return out
-
-
-def degradation_signals(store, now: datetime, config: AlertConfig) -> list[Signal]:
-    """Rule 1 at ``now``. Raises StoreError."""
-    stats = q.replica_latency(store, now, config.degradation.window_s, config.lookback_s)
-    return degradation_from_stats(stats, config.degradation)
 
 
 # --- 2. retry amplification ------------------------------------------------------------------------
@@ -175,53 +93,54 @@ def retry_signals(store, now: datetime, config: AlertConfig, frozen_baseline=Non
 
 # --- 3. queue growth -------------------------------------------------------------------------------
 
-def _rising(series: dict[int, float], windows: int, min_step: float, min_last: float) -> bool:
-    if any(b not in series for b in range(windows + 1)):
-        return False
-    steps_up = all(series[b] - series[b + 1] >= min_step for b in range(windows))
-    return steps_up and series[0] >= min_last
+def _rising(series: list[float | None], windows: int, min_step: float, min_last: float, growth: float) -> tuple[bool, float]:
+    """(rising, baseline): each of the newest ``windows`` steps up by ``min_step``, the newest at least
+    ``min_last`` and ``growth`` x the baseline (median of the older buckets, 0 without any)."""
+    older = [v for v in series[windows + 1:] if v is not None]
+    baseline = median(older) if older else 0.0
+    head = series[:windows + 1]
+    if any(v is None for v in head):
+        return False, baseline
+    steps_up = all(head[b] - head[b + 1] >= min_step for b in range(windows))
+    return steps_up and head[0] >= max(min_last, growth * baseline), baseline
 
 
-def queue_from_series(waiting: dict[int, dict[str, float]], queue_time: dict[int, dict[str, float]],
-                      cfg: QueueConfig) -> Signal:
-    """One fleet-wide verdict from :func:`queue_series` and :func:`queue_time_series` (bucket 0 newest).
+def queue_from_series(fs: FleetSeries, cfg: QueueConfig) -> Signal:
+    """One fleet-wide verdict from the series (bucket 0 newest): fleet waiting = sum over replicas of
+    their bucket means; queue time = the worst replica's engine queue-time p95.
 
-    FIRE: fleet waiting rises by >= ``min_step`` in each of ``windows`` consecutive buckets and the
-    newest is >= ``min_waiting``; or the same for queue-time p95 (``min_step_s``, ``min_queue_p95_s``).
-    CLEAR: newest waiting <= ``clear_waiting`` and newest queue p95 <= ``clear_queue_p95_s`` (absent
-    buckets count as 0). HOLD otherwise (a high plateau keeps a firing alert firing).
+    FIRE: either rises (:func:`_rising`) over ``windows`` buckets. CLEAR: the newest bucket back to
+    ``max(clear_waiting, clear_ratio x baseline)`` and likewise for queue time (absent = 0). HOLD
+    otherwise (a high plateau keeps a firing alert firing).
     """
-    w = {b: v["waiting"] for b, v in waiting.items()}
-    p = {b: v["queue_p95_s"] for b, v in queue_time.items()}
-    rising_w = _rising(w, cfg.windows, cfg.min_step, cfg.min_waiting)
-    rising_p = _rising(p, cfg.windows, cfg.min_step_s, cfg.min_queue_p95_s)
-    newest_w, newest_p = w.get(0, 0.0), p.get(0, 0.0)
+    reps = list(fs.replicas.values())
+    w = [sum(r.get("waiting_mean", b) or 0.0 for r in reps) if any(r.get("waiting_mean", b) is not None for r in reps)
+         else None for b in range(fs.n)]
+    p = [max((r.get("queue_p95_s", b) for r in reps if r.get("queue_p95_s", b) is not None), default=None)
+         for b in range(fs.n)]
+    rising_w, base_w = _rising(w, cfg.windows, cfg.min_step, cfg.min_waiting, cfg.growth_ratio)
+    rising_p, base_p = _rising(p, cfg.windows, cfg.min_step_s, cfg.min_queue_p95_s, cfg.growth_ratio)
+    newest_w, newest_p = w[0] or 0.0, p[0] or 0.0
     figures = {
-        "bucket_s": cfg.bucket_s, "windows": cfg.windows,
-        "waiting_series": [_r(w.get(b), 2) for b in range(cfg.windows, -1, -1)],
-        "queue_p95_series_s": [_r(p.get(b), 3) for b in range(cfg.windows, -1, -1)],
-        "waiting": _r(newest_w, 2), "queue_p95_s": _r(newest_p, 3),
-        "rising_waiting": rising_w, "rising_queue_time": rising_p,
+        "bucket_s": fs.bucket_s, "windows": cfg.windows,
+        "waiting_series": [_r(w[b], 2) for b in range(cfg.windows, -1, -1)],
+        "queue_p95_series_s": [_r(p[b], 3) for b in range(cfg.windows, -1, -1)],
+        "waiting": _r(newest_w, 2), "queue_p95_s": _r(newest_p, 3), "waiting_baseline": _r(base_w, 2),
+        "queue_p95_baseline_s": _r(base_p, 3), "rising_waiting": rising_w, "rising_queue_time": rising_p,
     }
     if rising_w or rising_p:
         level = Level.FIRE
-    elif newest_w <= cfg.clear_waiting and newest_p <= cfg.clear_queue_p95_s:
+    elif newest_w <= max(cfg.clear_waiting, cfg.clear_ratio * base_w) and \
+            newest_p <= max(cfg.clear_queue_p95_s, cfg.clear_ratio * base_p):
         level = Level.CLEAR
     else:
         level = Level.HOLD
     what = " and ".join(x for x, on in (("requests waiting", rising_w), ("queue-time p95", rising_p)) if on)
     series = " -> ".join("-" if v is None else f"{v:g}" for v in figures["waiting_series"])
     summary = (f"fleet queue {'growing' if what else 'at'}: {newest_w:.1f} requests waiting ({series} per "
-               f"{cfg.bucket_s}s), queue-time p95 {newest_p:.2f} s" + (f"; rising: {what}" if what else ""))
+               f"{fs.bucket_s}s; usual {base_w:.1f}), worst queue-time p95 {newest_p:.2f} s"
+               + (f"; rising: {what}" if what else ""))
     return Signal(RULE_QUEUE, "", level, "warning", summary, figures)
-
-
-def queue_signals(store, now: datetime, config: AlertConfig) -> list[Signal]:
-    """Rule 3 at ``now``. Raises StoreError."""
-    c = config.queue
-    waiting = q.queue_series(store, now, c.bucket_s, c.windows + 1)
-    queue_time = q.queue_time_series(store, now, c.bucket_s, c.windows + 1, config.lookback_s)
-    return [queue_from_series(waiting, queue_time, c)]
 
 
 # --- 4. saturation ---------------------------------------------------------------------------------
@@ -229,9 +148,10 @@ def queue_signals(store, now: datetime, config: AlertConfig) -> list[Signal]:
 def saturation_from_stats(stats: list[dict[str, Any]], cfg: SaturationConfig) -> list[Signal]:
     """Verdicts per replica from :func:`replica_saturation` rows.
 
-    FIRE: mean KV-cache use >= ``kv_ratio`` or mean running requests >= the replica's max running
-    (``max_running_by_replica`` or ``max_running``). CLEAR: KV use < ``kv_clear`` and running <
-    ``running_clear`` x max. HOLD otherwise.
+    FIRE: mean KV-cache use >= ``kv_ratio``; or requests waiting at every scrape of the window (min
+    waiting > 0) with mean >= ``min_waiting``; or, when a max is configured, mean running >= it.
+    CLEAR: KV use < ``kv_clear``, the queue empty at some scrape, running < ``running_clear`` x max.
+    HOLD otherwise.
     """
     out = []
     for s in stats:
@@ -239,29 +159,53 @@ def saturation_from_stats(stats: list[dict[str, Any]], cfg: SaturationConfig) ->
         max_running = cfg.max_running_by_replica.get(replica, cfg.max_running)
         kv = float(s["kv_mean"] or 0.0)
         running = float(s["running_mean"] or 0.0)
+        waiting = float(_finite(s.get("waiting_mean")) or 0.0)
+        waiting_min = float(_finite(s.get("waiting_min")) or 0.0)
         figures = {"window_s": cfg.window_s, "kv_mean": _r(kv), "kv_max": _r(s["kv_max"]),
                    "running_mean": _r(running, 2), "running_max": _r(s["running_max"], 2),
-                   "waiting_mean": _r(s["waiting_mean"], 2), "max_running": max_running}
-        at_kv, at_running = kv >= cfg.kv_ratio, running >= max_running
-        if at_kv or at_running:
+                   "waiting_mean": _r(waiting, 2), "waiting_min": _r(waiting_min, 2), "max_running": max_running}
+        at_kv = kv >= cfg.kv_ratio
+        queued = waiting_min > 0 and waiting >= cfg.min_waiting
+        at_running = max_running is not None and running >= max_running
+        if at_kv or queued or at_running:
             level = Level.FIRE
-        elif kv < cfg.kv_clear and running < cfg.running_clear * max_running:
+        elif kv < cfg.kv_clear and waiting_min == 0 and (max_running is None or running < cfg.running_clear * max_running):
             level = Level.CLEAR
         else:
             level = Level.HOLD
         why = []
         if at_kv:
             why.append(f"KV cache {kv:.0%} used")
+        if queued:
+            why.append(f"{waiting:.1f} requests waiting on average, the queue never empty ({running:.0f} running)")
         if at_running:
             why.append(f"{running:.0f} running = max {max_running}")
         summary = (f"{replica_label(replica)} saturated: " + ", ".join(why)) if why else (
-            f"{replica_label(replica)}: KV cache {kv:.0%}, {running:.0f}/{max_running} running")
+            f"{replica_label(replica)}: KV cache {kv:.0%}, {running:.0f} running, {waiting:.1f} waiting")
         out.append(Signal(RULE_SATURATION, replica, level, "warning", summary, figures, replica=replica,
                           labels={"replica": replica}))
     return out
 
 
-def saturation_signals(store, now: datetime, config: AlertConfig) -> list[Signal]:
-    """Rule 4 at ``now``. Raises StoreError."""
-    stats = q.replica_saturation(store, now, config.saturation.window_s)
-    return saturation_from_stats(stats, config.saturation)
+def _finite(value):
+    return None if value is None or value != value else value
+
+
+def saturation_from_series(fs: FleetSeries, cfg: SaturationConfig) -> list[Signal]:
+    """Rule 4 from the series: per replica over ``window_s``, the bucket means of KV use, running and
+    waiting, and the smallest waiting seen at a scrape (see :func:`saturation_from_stats`)."""
+    window = fs.window(cfg.window_s)
+    stats = []
+    for name, rep in fs.replicas.items():
+        kv = [rep.get("kv_mean", b) for b in window if rep.get("kv_mean", b) is not None]
+        if not kv:
+            continue
+        running = [rep.get("running_mean", b) or 0.0 for b in window if rep.get("running_mean", b) is not None]
+        waiting = [rep.get("waiting_mean", b) or 0.0 for b in window if rep.get("waiting_mean", b) is not None]
+        lows = [rep.get("waiting_min", b) for b in window if rep.get("waiting_min", b) is not None]
+        stats.append({"replica": name, "kv_mean": sum(kv) / len(kv), "kv_max": max(kv),
+                      "running_mean": sum(running) / len(running) if running else 0.0,
+                      "running_max": max(running, default=0.0),
+                      "waiting_mean": sum(waiting) / len(waiting) if waiting else 0.0,
+                      "waiting_min": min(lows) if lows else 0.0})
+    return saturation_from_stats(sorted(stats, key=lambda s: s["replica"]), cfg)

@@ -44,7 +44,8 @@ def effective_factor(tier: BurnTier, target: float, cfg: SloConfig) -> tuple[flo
 def slo_from_windows(windows: dict[int, dict[str, int]], cfg: SloConfig) -> list[Signal]:
     """Verdicts per (SLO, tier) from :func:`schema.queries.alerts.slo_windows`.
 
-    FIRE when the short window has >= ``min_tasks`` tasks and both windows burn at >= the tier's
+    FIRE when the short window has >= ``min_tasks`` tasks, the long one >= ``min_bad`` bad tasks, and
+    both windows burn at >= the tier's
     (effective) factor; CLEAR otherwise (multi-window alerts reset as soon as the short window
     recovers: SRE Workbook). Key ``<slo>:<tier>``.
     """
@@ -62,7 +63,7 @@ def slo_from_windows(windows: dict[int, dict[str, int]], cfg: SloConfig) -> list
                 ratio = bad / tasks if tasks else 0.0
                 burns[label] = {"tasks": tasks, "bad": bad, "error_ratio": round(ratio, 5),
                                 "burn_rate": round(ratio / budget, 3)}
-            enough = burns["short"]["tasks"] >= cfg.min_tasks
+            enough = burns["short"]["tasks"] >= cfg.min_tasks and burns["long"]["bad"] >= cfg.min_bad
             firing = enough and burns["long"]["burn_rate"] >= factor and burns["short"]["burn_rate"] >= factor
             figures: dict[str, Any] = {"slo": slo, "target": target, "tier": tier.name, "factor": round(factor, 3),
                                        "standard_factor": tier.factor, "long_s": tier.long_s, "short_s": tier.short_s,

@@ -1,6 +1,6 @@
 """The dashboard's Weekly review page body: the same content as ``infercost review`` for a chosen week.
 
-Called by ``app/pages/weekly_review.py`` as ``render(store, filters)``. The week is chosen from the
+Called by ``app/views/weekly_review.py`` as ``render(store, filters)``. The week is chosen from the
 last 12 ISO weeks (default: :func:`default_week`) and mirrored in the URL as ``?week=2026-W48``.
 The page walks the same blocks as the HTML/Markdown report (:mod:`app.review.sections`), so every
 figure is the one the report prints, and offers both files for download.

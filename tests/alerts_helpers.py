@@ -11,7 +11,7 @@ _ids = itertools.count(1)
 
 CALL_COLUMNS = ["start_time", "end_time", "trace_id", "span_id", "parent_span_id", "call_source", "replica",
                 "task_id", "task_step", "task_attempt", "output_tokens", "ttft_s", "e2e_s", "queue_s", "decode_s",
-                "finish_reason", "status"]
+                "finish_reason", "status", "prompt_tokens", "prefill_s"]
 
 
 def naive(t: datetime) -> datetime:
@@ -19,22 +19,22 @@ def naive(t: datetime) -> datetime:
 
 
 def engine_call(replica, end, ttft_s=0.1, decode_s=1.0, output_tokens=101, queue_s=0.01, status="ok",
-                finish="stop", duration_s=2.0):
+                finish="stop", duration_s=2.0, prompt_tokens=1000, prefill_s=0.04):
     n = next(_ids)
     return [naive(end - timedelta(seconds=duration_s)), naive(end), f"t{n}", f"s{n}", "", "engine", replica, "", "",
-            None, output_tokens, ttft_s, duration_s, queue_s, decode_s, finish, status]
+            None, output_tokens, ttft_s, duration_s, queue_s, decode_s, finish, status, prompt_tokens, prefill_s]
 
 
 def client_call(end, task_id, step="s1", attempt=1, duration_s=1.0):
     n = next(_ids)
     return [naive(end - timedelta(seconds=duration_s)), naive(end), f"t{n}", f"s{n}", "", "client", "", task_id, step,
-            attempt, 10, 0.1, duration_s, None, None, "stop", "ok"]
+            attempt, 10, 0.1, duration_s, None, None, "stop", "ok", 100, None]
 
 
 def gateway_call(end, parent, replica="r1", duration_s=1.0):
     n = next(_ids)
     return [naive(end - timedelta(seconds=duration_s)), naive(end), f"t{n}", f"s{n}", parent, "gateway", replica, "", "",
-            None, 10, 0.1, duration_s, None, None, "stop", "ok"]
+            None, 10, 0.1, duration_s, None, None, "stop", "ok", 100, None]
 
 
 def insert_calls(store, rows):
@@ -101,28 +101,30 @@ class Receiver:
         self.server.server_close()
 
 
-def seed_cascade_timeline(store, t0, minutes=10):
-    """A hand-made cascade: r2 3x slower in minutes 0-4; clients retry 2 of 10 calls a minute in
-    minutes 1-7; fleet queue rising minutes 1-5 then draining at minute 8; r1 KV at 95% minutes 2-7."""
+def seed_cascade_timeline(store, t0, minutes=20, fault=(6, 10)):
+    """A hand-made cascade after a healthy baseline: replica r2 3x slower on its own work (decode 3 s
+    and prefill 0.12 s for the same tokens) in minutes [6, 10); clients retry 5 of 25 calls a minute
+    in minutes 7-11; every replica's queue at 2, 4, 6, 6, 4 requests in minutes 7-11, then empty;
+    r1's KV cache at 95% in minutes 8-11. Engine calls of minute m end in (m, m + 1)."""
     calls, points = [], []
     for m in range(minutes + 1):
         base = t0 + timedelta(minutes=m)
         for replica in ("r1", "r2", "r3", "r4"):
-            slow = replica == "r2" and m <= 4
+            slow = replica == "r2" and fault[0] <= m < fault[1]
             for k in range(5):
-                calls.append(engine_call(replica, base + timedelta(seconds=5 + 11 * k),
-                                         ttft_s=0.3 if slow else 0.1, decode_s=3.0 if slow else 1.0))
-        for k in range(10):
-            calls.append(client_call(base + timedelta(seconds=3 + 5 * k), f"m{m}k{k}", attempt=1))
-        if 1 <= m <= 7:
-            for k in range(2):
+                calls.append(engine_call(replica, base + timedelta(seconds=5 + 11 * k), ttft_s=0.3 if slow else 0.1,
+                                         decode_s=3.0 if slow else 1.0, prefill_s=0.12 if slow else 0.04))
+        for k in range(25):
+            calls.append(client_call(base + timedelta(seconds=1 + 2 * k), f"m{m}k{k}", attempt=1))
+        if fault[0] + 1 <= m <= fault[1] + 1:
+            for k in range(5):
                 calls.append(client_call(base + timedelta(seconds=30 + k), f"m{m}k{k}", attempt=2))
-        waiting = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 5, 7: 5}.get(m, 0)
+        waiting = {fault[0] + 1: 2, fault[0] + 2: 4, fault[0] + 3: 6, fault[0] + 4: 6, fault[0] + 5: 4}.get(m, 0)
         for s in (5, 20, 35, 50):
             t = base + timedelta(seconds=s)
             for replica in ("r1", "r2", "r3", "r4"):
                 points.append((replica, "vllm:num_requests_waiting", t, waiting))
-                kv = 0.95 if (replica == "r1" and 2 <= m <= 7) else 0.4
+                kv = 0.95 if (replica == "r1" and fault[0] + 2 <= m <= fault[0] + 5) else 0.4
                 points.append((replica, "vllm:kv_cache_usage_perc", t, kv))
                 points.append((replica, "vllm:num_requests_running", t, 8))
     insert_calls(store, calls)

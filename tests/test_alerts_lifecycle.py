@@ -42,16 +42,40 @@ def test_pending_firing_resolved_with_hysteresis():
     assert lc.active == {} and lc.history[0].fired_at == T0 + M
 
 
-def test_pending_cancelled_and_dedup():
+def test_pending_cancelled_dedup_and_no_data():
     lc = Lifecycle(resolve_after_s=180)
     assert _run(lc, [Level.FIRE, Level.HOLD]) == [(0, State.PENDING), (1, State.CANCELLED)]
+    # repeated FIRE verdicts never create a second alert; a key the rule no longer reports has no data:
+    # the firing alert stays firing (a "no data" change is recorded) and resolves only after
+    # no_data_resolve_s (120 s here) without data
+    lc = Lifecycle(resolve_after_s=60, no_data_resolve_s=120)
+    changes = []
+    for minute, level in enumerate([Level.FIRE] * 4 + [None, None, None]):
+        signals = [] if level is None else [_sig(level)]
+        for t in lc.apply(signals, T0 + minute * M, {"replica_degradation": 60}, {"replica_degradation"}):
+            changes.append((minute, t.state, t.note))
+    assert changes == [(0, State.PENDING, ""), (1, State.FIRING, ""), (4, State.FIRING, "no_data"),
+                       (6, State.RESOLVED, "")]
+    assert lc.history[-1].figures["resolved_by"] == "no_data_timeout"
+    # data coming back ends the no-data state (recorded), the alert goes on
     lc = Lifecycle(resolve_after_s=60)
-    # repeated FIRE verdicts never create a second alert; a silent key (no signal) counts as CLEAR
-    changes = _run(lc, [Level.FIRE] * 4 + [None, None])
-    assert changes == [(0, State.PENDING), (1, State.FIRING), (5, State.RESOLVED)]
+    notes = []
+    for minute, level in enumerate([Level.FIRE, Level.FIRE, None, Level.FIRE]):
+        signals = [] if level is None else [_sig(level)]
+        notes += [t.note for t in lc.apply(signals, T0 + minute * M, {"replica_degradation": 60},
+                                           {"replica_degradation"})]
+    assert notes == ["", "", "no_data", "data_back"] and lc.get("replica_degradation", "r1").no_data_since is None
     # for_s = 0: straight to firing, one change
     lc = Lifecycle(resolve_after_s=60)
     assert _run(lc, [Level.FIRE], for_s=0) == [(0, State.FIRING)]
+
+
+def _replay(evaluator, minutes):
+    log = []
+    for minute in minutes:
+        for t in evaluator.step(T0 + minute * M):
+            log.append((minute, t.alert.rule, t.alert.key, t.state.value, t.note))
+    return log
 
 
 def test_cascade_end_to_end_recorded_and_notified(store):
@@ -60,49 +84,54 @@ def test_cascade_end_to_end_recorded_and_notified(store):
     dispatcher = Dispatcher([Notifier("webhook", receiver.url + "/hook")])
     evaluator = Evaluator(store, AlertConfig(), dispatcher)
     try:
-        log = []
-        for minute in range(1, 17):
-            for t in evaluator.step(T0 + minute * M):
-                log.append((minute, t.alert.rule, t.state.value, t.alert.replica))
+        log = _replay(evaluator, range(1, 23))
         assert dispatcher.flush(10)
     finally:
         dispatcher.stop()
         receiver.close()
 
-    cascades = [entry for entry in log if entry[1] == RULE_CASCADE]
-    # ONE cascade: fires at minute 3 (degradation r2 from 1, retries from 2, fleet queue rising
-    # 0 -> 4 -> 8 over the 2 minutes before 3). Queues drain at 9; retries (minutes 1-7) are at 2/50 = 4% at
-    # 12 (HOLD: between 2.5% and 5%) and 0 at 13 (CLEAR); + 180 s of hysteresis -> resolved at 16.
-    assert cascades == [(3, RULE_CASCADE, "firing", "r2"), (16, RULE_CASCADE, "resolved", "r2")]
-    assert (2, "replica_degradation", "firing", "r2") in log
-    assert (3, "retry_amplification", "firing", "") in log
+    cascades = [(m, state) for m, rule, _, state, _ in log if rule == RULE_CASCADE]
+    # ONE cascade: r2's speed steps up in the bucket ending at 12:07 (calls of minute 6), retries (5 of
+    # 25 first attempts) in the buckets ending at 12:08 and 12:09, the other replicas' waiting 0 -> 6 ->
+    # 12 in the same buckets: the chain is complete at 12:09. Retries last until minute 11: the 5-min
+    # retry window is clear from 12:17, + 180 s of hysteresis -> resolved at 12:20.
+    assert cascades == [(9, "firing"), (20, "resolved")]
+    assert (8, "replica_degradation", "r2", "firing", "") in log
+    assert (10, "retry_amplification", "", "firing", "") in log
 
     changes = q.recent_alerts(store, T0, T0 + 30 * M)
     cascade_rows = changes[changes["rule"] == RULE_CASCADE].sort_values("event_time")
     assert list(cascade_rows["state"]) == ["firing", "resolved"]
     firing = cascade_rows.iloc[0]
     evidence = json.loads(firing["evidence"])
-    chain = evidence["figures"]["chain"]
-    assert [link["rule"] for link in chain] == ["replica_degradation", "retry_amplification", "queue_growth"]
-    assert chain[0]["replica"] == "r2" and chain[0]["started_at"].startswith("2026-11-02T12:01")
-    assert chain[0]["figures"]["itl_ratio"] == pytest.approx(3.0)
-    assert any("Drain replica r2" in a for a in evidence["figures"]["actions"])
-    # fallback cost: 4 replicas x $2.50/GPU-h x (12:03 - 12:01 = 2 min) x retry share over 12:01..12:03
-    # (retries 4 of 24 client attempts ending in (12:01, 12:03])
+    figures = evidence["figures"]
+    chain = figures["chain"]
+    assert [(link["step"], link["started_at"][11:16]) for link in chain] == [
+        ("trigger", "12:06"), ("sustaining", "12:07"), ("pressure", "12:07")]
+    trigger = chain[0]["figures"]
+    assert chain[0]["replica"] == "r2" and trigger["evidence"] == "speed"
+    assert (trigger["speed_before"], trigger["speed_after"]) == (1.0, 3.0)
+    assert figures["culprit"] == "r2" and [c["replica"] for c in figures["candidates"]] == ["r2"]
+    assert any("Drain replica r2" in a for a in figures["actions"])
+    # fallback cost: 4 replicas x $2.50/GPU-h x (12:06 -> 12:09 = 3 min) x retry share of the client
+    # attempts ending in (12:06, 12:09]: 10 retries of 75 + 10 attempts
     assert firing["cost_source"] == "fallback_gpu_minutes"
-    assert firing["est_cost_usd"] == pytest.approx(4 * 2.5 * 2 / 60 * 4 / 24, abs=1e-4)
-    assert "fallback" in firing["description"]
+    assert firing["est_cost_usd"] == pytest.approx(4 * 2.5 * 3 / 60 * 10 / 85, abs=1e-4)
 
     incidents = q.alerts_in_period(store, T0, T0 + 60 * M)
     row = incidents[incidents["rule"] == RULE_CASCADE].iloc[0]
     assert row["replica"] == "r2" and row["state"] == "resolved"
-    assert row["duration_s"] == pytest.approx(13 * 60)
-    assert q.active_alerts(store).empty or RULE_CASCADE not in set(q.active_alerts(store)["rule"])
+    assert row["duration_s"] == pytest.approx(11 * 60)
 
+    # one incident, one notification: the members the cascade explains (r2's degradation, retries,
+    # queue growth, saturation) wait the 120 s group wait, are inhibited by then, never sent alone
     hook = receiver.bodies("/hook")
     sent = [(a["rule"], a["state"]) for body in hook for a in body["alerts"]]
-    assert sent.count((RULE_CASCADE, "firing")) == 1 and sent.count((RULE_CASCADE, "resolved")) == 1
-    assert not any(state == "pending" for _, state in sent)
+    assert sent == [(RULE_CASCADE, "firing"), (RULE_CASCADE, "resolved")]
+    members = {(m["rule"], m["replica"]) for m in hook[0]["alerts"][0]["evidence"]["members"]}
+    assert ("replica_degradation", "r2") in members and ("retry_amplification", "") in members
+    inhibited = changes[(changes["rule"] == "retry_amplification") & (changes["state"] == "firing")].iloc[0]
+    assert json.loads(inhibited["evidence"])["inhibited_by"] == alert_id(RULE_CASCADE, "")
 
 
 def test_active_alerts_reads_latest_state(store):
@@ -119,18 +148,33 @@ def test_active_alerts_reads_latest_state(store):
     assert json.loads(active.iloc[0]["evidence"])["figures"] == {"waiting": 9.0}
 
 
-def test_restart_restores_open_alerts_and_resolves_them(store):
+def test_once_per_minute_gives_the_services_lifecycle_and_restarts_keep_countdowns(store):
+    """Cron-style evaluation (a new evaluator per minute, as ``infercost alerts --once`` runs: restore
+    the saved state, step, save) writes the same history as one service stepping through the same
+    minutes; a restart in the middle of a clear countdown resolves on time, not 3 minutes late."""
+    seed_cascade_timeline(store, T0)
+    service = _replay(Evaluator(store, AlertConfig(evaluator_id="service")), range(1, 23))
+    once = []
+    for minute in range(1, 23):
+        evaluator = Evaluator(store, AlertConfig(evaluator_id="cron"))
+        evaluator.restore()
+        once += _replay(evaluator, [minute])
+    assert once == service and (20, RULE_CASCADE, "", "resolved", "") in once
+    saved = q.load_state(store, "cron")
+    assert saved[0] == T0 + 22 * M and saved[1]["active"] == []
+    # the alerts table holds both histories apart, one row per change
+    rows = q.recent_alerts(store, T0, T0 + 30 * M)
+    assert len(rows) == 2 * len([c for c in service])
+
+
+def test_restart_without_saved_state_restores_open_alerts_from_the_table(store):
     seed_cascade_timeline(store, T0)
     first = Evaluator(store, AlertConfig())
-    for minute in range(1, 7):
-        first.step(T0 + minute * M)
-    open_before = set(q.active_alerts(store)["rule"])
-    assert RULE_CASCADE in open_before
-    # a new process: restores the open alerts, never re-fires them, resolves them when clear
+    _replay(first, range(1, 11))
+    store.command("TRUNCATE TABLE alerts_state", tag="test.truncate")  # an older version saved no state
+    open_before = q.active_alerts(store)
+    assert RULE_CASCADE in set(open_before["rule"])
     second = Evaluator(store, AlertConfig())
     assert second.restore() == len(open_before)
-    changes = []
-    for minute in range(7, 20):
-        changes += [(t.alert.rule, t.state.value) for t in second.step(T0 + minute * M)]
+    changes = [(rule, state) for _, rule, _, state, _ in _replay(second, range(11, 25))]
     assert (RULE_CASCADE, "firing") not in changes and (RULE_CASCADE, "resolved") in changes
-    assert q.active_alerts(store).empty or set(q.active_alerts(store)["rule"]) <= {"ingestion_health"}

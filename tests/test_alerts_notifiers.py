@@ -74,6 +74,30 @@ def test_slack_payload(receiver):
     assert "resolved 2026-11-02T12:16:00.000Z" in context2["elements"][0]["text"]
 
 
+def test_slack_batches_over_50_blocks_are_split_and_only_the_failed_part_is_retried():
+    import dataclasses
+
+    batch = [dataclasses.replace(_notification(), alert_id=f"{i:016x}", replica=f"r{i}") for i in range(30)]
+    batch[0] = dataclasses.replace(batch[0], evidence={**batch[0].evidence, "members": [
+        {"rule": "retry_amplification", "replica": "", "state": "firing", "summary": "retries at 20%"}]})
+    receiver = Receiver(statuses=[200, 503])  # the second part fails once
+    try:
+        _deliver([Notifier("slack", receiver.url + "/slack")], batch)
+        posts = [(status, body) for _, status, _, body in receiver.requests]
+    finally:
+        receiver.close()
+    # Slack refuses messages of more than 50 blocks: a header and 2 blocks per alert -> 24 + 6 alerts
+    assert [(status, len(b["blocks"])) for status, b in posts] == [(200, 1 + 2 * 24), (503, 1 + 2 * 6),
+                                                                   (200, 1 + 2 * 6)]
+    bodies = [b for _, b in posts]
+    assert [b["blocks"][0]["text"]["text"] for b in bodies] == [
+        "infercost: 24 alert(s) firing (part 1/2)", "infercost: 6 alert(s) firing (part 2/2)",
+        "infercost: 6 alert(s) firing (part 2/2)"]  # part 2 retried after its 503; part 1 sent once
+    assert bodies[1] == bodies[2] and len(bodies[0]["text"].splitlines()) == 24
+    grouped = bodies[0]["blocks"][1]["text"]["text"]
+    assert "*Grouped here (not notified separately):*\n• retry_amplification: retries at 20%" in grouped
+
+
 def test_alertmanager_v2_payload(receiver):
     _deliver([Notifier("alertmanager", receiver.url, resend_s=60)], [_notification(), _notification("resolved")])
     (path, status, _, body), = receiver.requests

@@ -1,4 +1,5 @@
-"""Alert rules 1-4, 6, 7 on hand-seeded llm_calls / gauges / task spans, figures computed by hand."""
+"""Alert rules 2, 6, 7 on hand-seeded llm_calls / task spans, figures computed by hand; rules 1, 3, 4
+(replica degradation, queue growth, saturation) on hand-made series rows (see also test_alerts_replica.py)."""
 
 from __future__ import annotations
 
@@ -7,71 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from alerts import rules, rules_health
+from alerts import rules, rules_health, rules_replica, series
 from alerts.config import AlertConfig, BurnTier, SloConfig
 from alerts.model import Level
 from schema.queries import alerts as q
-from tests.alerts_helpers import (T0, client_call, engine_call, gateway_call, insert_calls, insert_gauges,
-                                  insert_task_spans)
+from tests.alerts_helpers import T0, client_call, gateway_call, insert_calls, insert_gauges, insert_task_spans
 
 S = timedelta(seconds=1)
-
-
-def test_replica_degradation_names_the_slow_replica(store):
-    decodes = {"r1": [0.9, 1.0, 1.1, 1.0, 1.0], "r2": [3.0, 3.3, 2.7, 3.0, 3.0],
-               "r3": [1.1] * 5, "r4": [0.8] * 5}
-    calls = []
-    for replica, values in decodes.items():
-        for i, decode in enumerate(values):
-            calls.append(engine_call(replica, T0 - (10 + 20 * i) * S, ttft_s=0.3 if replica == "r2" else 0.1,
-                                     decode_s=decode, output_tokens=101))
-    # outside the 2-minute window (too old, and after now): must not count
-    calls.append(engine_call("r2", T0 - 150 * S, decode_s=100.0))
-    calls.append(engine_call("r1", T0 + 10 * S, decode_s=100.0))
-    insert_calls(store, calls)
-
-    stats = {s["replica"]: s for s in q.replica_latency(store, T0, 120)}
-    assert stats["r2"]["requests"] == 5 and stats["r1"]["requests"] == 5
-    assert stats["r2"]["itl_p50_s"] == pytest.approx(0.030)  # median of 3.0/100 ...
-    assert stats["r1"]["itl_p50_s"] == pytest.approx(0.010)
-    assert stats["r2"]["ttft_p50_s"] == pytest.approx(0.3)
-
-    verdicts = {s.key: s for s in rules.degradation_signals(store, T0, AlertConfig())}
-    r2 = verdicts["r2"]
-    assert r2.level is Level.FIRE and r2.replica == "r2"
-    # others' ITL medians: median(0.010, 0.011, 0.008) = 0.010 -> 3.0x
-    assert r2.figures["itl_ratio"] == pytest.approx(3.0)
-    assert r2.figures["ttft_ratio"] == pytest.approx(3.0)
-    assert "3.00x" in r2.summary
-    # r3: 0.011 / median(0.010, 0.030, 0.008) = 1.1 < 1.2 -> CLEAR
-    assert verdicts["r3"].figures["itl_ratio"] == pytest.approx(1.1)
-    assert verdicts["r3"].level is Level.CLEAR
-    assert verdicts["r1"].level is Level.CLEAR
-    # the stateless entry point gives the same verdicts, for every rule but the cascade (needs history)
-    from alerts.evaluator import evaluate
-
-    snapshot = evaluate(store, T0)
-    assert set(snapshot) == {"replica_degradation", "retry_amplification", "queue_growth", "saturation",
-                             "slo_burn_rate", "ingestion_health", "budget_burn", "spend_anomaly"}
-    assert {s.key: s.level for s in snapshot["replica_degradation"]}["r2"] is Level.FIRE
-
-
-def test_degradation_error_jump_and_hysteresis_band():
-    cfg = AlertConfig().degradation
-
-    def row(replica, errors, itl=0.01, requests=20):
-        return {"replica": replica, "requests": requests, "ttft_samples": requests, "ttft_p50_s": 0.1,
-                "itl_samples": requests, "itl_p50_s": itl, "errors": errors, "queue_p95_s": 0.0}
-
-    out = {s.key: s for s in rules.degradation_from_stats(
-        [row("a", 4), row("b", 0), row("c", 0), row("d", 0, itl=0.013)], cfg)}
-    # a: 4/20 = 20% >= 5% and >= 3 x max(0%, 1%) -> error jump
-    assert out["a"].level is Level.FIRE and "error rate 20.0%" in out["a"].summary
-    # d: 0.013 / median(0.01, 0.01, 0.01) = 1.3: between clear (1.2) and trigger (1.5) -> HOLD
-    assert out["d"].figures["itl_ratio"] == pytest.approx(1.3) and out["d"].level is Level.HOLD
-    # too few calls: nothing to compare -> CLEAR
-    few = rules.degradation_from_stats([row("a", 0, itl=1.0, requests=4), row("b", 0), row("c", 0)], cfg)
-    assert {s.key: s.level for s in few}["a"] is Level.CLEAR
 
 
 def test_retry_amplification_against_baseline(store):
@@ -114,61 +57,6 @@ def test_retry_amplification_against_baseline(store):
     assert held.level is Level.HOLD
 
 
-def _queue_points(per_bucket):
-    points = []
-    for replica in ("r1", "r2"):
-        for bucket, value in per_bucket.items():
-            for k in range(4):
-                points.append((replica, "vllm:num_requests_waiting", T0 - (bucket * 60 + 5 + 15 * k) * S, value))
-    return points
-
-
-def test_queue_growth_rising_then_plateau(store):
-    insert_gauges(store, _queue_points({3: 0, 2: 1, 1: 2, 0: 3}))
-    series = q.queue_series(store, T0, 60, 4)
-    assert {b: v["waiting"] for b, v in series.items()} == {3: 0.0, 2: 2.0, 1: 4.0, 0: 6.0}
-    assert series[0]["replicas"] == 2
-    signal = rules.queue_signals(store, T0, AlertConfig())[0]
-    # default: rising over 2 consecutive 1-min windows (3 buckets: 2 -> 4 -> 6)
-    assert signal.level is Level.FIRE and signal.figures["waiting_series"] == [2.0, 4.0, 6.0]
-
-    cfg = AlertConfig().queue
-    plateau = rules.queue_from_series({b: {"waiting": 6.0, "replicas": 2} for b in range(4)}, {}, cfg)
-    assert plateau.level is Level.HOLD  # high but not rising: keeps a firing alert, starts none
-    drained = rules.queue_from_series({0: {"waiting": 1.0, "replicas": 2}}, {0: {"queue_p95_s": 0.2, "requests": 9}}, cfg)
-    assert drained.level is Level.CLEAR
-
-
-def test_queue_time_p95_series(store):
-    calls = []
-    for bucket, queue in ((3, 0.5), (2, 1.0), (1, 2.0), (0, 4.0)):
-        for k in range(3):
-            calls.append(engine_call("r1", T0 - (bucket * 60 + 10 + 10 * k) * S, queue_s=queue))
-    insert_calls(store, calls)
-    series = q.queue_time_series(store, T0, 60, 4)
-    assert {b: v["queue_p95_s"] for b, v in series.items()} == {3: 0.5, 2: 1.0, 1: 2.0, 0: 4.0}
-    signal = rules.queue_signals(store, T0, AlertConfig())[0]
-    assert signal.level is Level.FIRE and signal.figures["rising_queue_time"] is True
-
-
-def test_saturation_per_replica(store):
-    points = []
-    for k, kv in enumerate((0.94, 0.96)):
-        t = T0 - (10 + 20 * k) * S
-        points += [("r1", "vllm:kv_cache_usage_perc", t, kv), ("r2", "vllm:kv_cache_usage_perc", t, 0.85),
-                   ("r3", "vllm:kv_cache_usage_perc", t, 0.5), ("r3", "vllm:num_requests_running", t, 10),
-                   ("r4", "vllm:gpu_cache_usage_perc", t, 0.3), ("r4", "vllm:num_requests_running", t, 64)]
-    points.append(("r1", "vllm:kv_cache_usage_perc", T0 - 90 * S, 0.0))  # outside the 60 s window
-    insert_gauges(store, points)
-    config = AlertConfig()
-    config.saturation.max_running_by_replica = {"r4": 64}
-    out = {s.key: s for s in rules.saturation_signals(store, T0, config)}
-    assert out["r1"].figures["kv_mean"] == pytest.approx(0.95) and out["r1"].level is Level.FIRE
-    assert out["r2"].level is Level.HOLD
-    assert out["r3"].level is Level.CLEAR
-    assert out["r4"].level is Level.FIRE and "64 running = max 64" in out["r4"].summary
-
-
 def test_slo_burn_rates_and_rederived_tiers(store):
     tasks = []
     # last 5 min: 20 tasks, 4 failed, 2 successes over their 1000 ms SLO
@@ -202,10 +90,16 @@ def test_slo_burn_rates_and_rederived_tiers(store):
     assert out["goodput:page_6h"].figures["rederived"] is False
 
 
-def test_burn_tier_needs_minimum_tasks():
+def test_burn_tier_needs_minimum_tasks_and_bad_tasks():
     cfg = SloConfig(tiers=[BurnTier("t", 3600, 300, 14.4, "critical")])
     few = {3600: {"tasks": 9, "failed": 9, "not_good": 9}, 300: {"tasks": 9, "failed": 9, "not_good": 9}}
     assert all(s.level is Level.CLEAR for s in rules_health.slo_from_windows(few, cfg))
+    # two failed tasks of 20 right after a start burn at 10%/1% = 10x, but 2 < 3 bad tasks: no incident yet
+    one = {3600: {"tasks": 20, "failed": 2, "not_good": 2}, 300: {"tasks": 20, "failed": 2, "not_good": 2}}
+    cfg = SloConfig(tiers=[BurnTier("t", 3600, 300, 1.0, "warning")])
+    assert all(s.level is Level.CLEAR for s in rules_health.slo_from_windows(one, cfg))
+    three = {w: {"tasks": 20, "failed": 3, "not_good": 3} for w in (3600, 300)}
+    assert {s.key: s.level for s in rules_health.slo_from_windows(three, cfg)}["task_success:t"] is Level.FIRE
 
 
 def test_ingestion_lag_and_receiver_stats(store):
@@ -243,48 +137,66 @@ def test_config_from_dict_reports_every_problem():
     assert "unknown setting 'nope'" in message and "retry.min_rate must be a number" in message
 
 
-def test_degradation_compares_replicas_with_peers_of_their_gpu_type():
+
+
+def _rows(replicas: dict[str, tuple], buckets: int = 8):
+    """Series rows: replica -> (gpu, [itl per bucket, newest first] or a constant, prefill per token)."""
+    rows = []
+    for name, (gpu, itl, prefill) in replicas.items():
+        for b in range(buckets):
+            value = itl[b] if isinstance(itl, list) else itl
+            pre = prefill[b] if isinstance(prefill, list) else prefill
+            rows.append({"replica": name, "bucket": b, "gpu_type": gpu, "requests": 20, "itl_p50_s": value,
+                         "itl_samples": 20, "prefill_tok_p50_s": pre, "prefill_samples": 20, "attempts": 20,
+                         "gw_ok": 20})
+    return rows
+
+
+def test_degradation_speed_against_the_gpu_type_and_its_hysteresis():
     cfg = AlertConfig().degradation
-
-    def row(replica, gpu, itl):
-        return {"replica": replica, "gpu_type": gpu, "requests": 20, "ttft_samples": 20, "ttft_p50_s": 0.1,
-                "itl_samples": 20, "itl_p50_s": itl, "errors": 0, "queue_p95_s": 0.0}
-
-    # two H100 at 7 ms, two A100 at 11 ms: healthy (an A100 is just slower), though 11/7 = 1.57x the fleet
-    healthy = {s.key: s for s in rules.degradation_from_stats(
-        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011), row("a2", "A100", 0.011)], cfg)}
-    assert all(s.level is Level.CLEAR for s in healthy.values())
-    assert healthy["a1"].figures["peers"] == "same_gpu_type" and healthy["a1"].figures["itl_ratio"] == pytest.approx(1.0)
-    # a2 slowed 3x: 33 ms vs its A100 peer's 11 ms
-    slowed = {s.key: s for s in rules.degradation_from_stats(
-        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011), row("a2", "A100", 0.033)], cfg)}
-    assert slowed["a2"].level is Level.FIRE and slowed["a2"].figures["itl_ratio"] == pytest.approx(3.0)
-    assert slowed["a1"].level is Level.CLEAR
-
-
-def test_queue_buckets_with_one_scrape_a_minute_on_minute_marks(store):
-    # scrapes at exactly now, now-60, now-120, now-180: one per bucket (now-180 is outside 3 buckets)
-    insert_gauges(store, [("r1", "vllm:num_requests_waiting", T0 - 60 * b * S, v) for b, v in
-                          ((0, 9.0), (1, 5.0), (2, 1.0), (3, 100.0))])
-    series = q.queue_series(store, T0, 60, 3)
-    assert {b: v["waiting"] for b, v in series.items()} == {0: 9.0, 1: 5.0, 2: 1.0}
-    assert rules.queue_signals(store, T0, AlertConfig())[0].level is Level.FIRE
+    slow = [0.03, 0.03] + [0.01] * 6  # 3x slower in the newest 2 buckets (the 2-min window)
+    fs = series.build(T0, 60, 8, _rows({"h1": ("H100", 0.01, 4e-5), "h2": ("H100", 0.01, 4e-5),
+                                        "h3": ("H100", slow, [1.2e-4, 1.2e-4] + [4e-5] * 6),
+                                        "h4": ("H100", 0.013, 5.2e-5)}), [])
+    out = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg)}
+    # h3: group median ITL per window bucket = median(0.01, 0.01, 0.03, 0.013) = 0.0115 -> 0.03/0.0115
+    # = 2.61; prefill: median(4e-5, 4e-5, 1.2e-4, 5.2e-5) = 4.6e-5 -> 2.61; min = 2.61 >= 1.5 -> FIRE
+    assert out["h3"].level is Level.FIRE and out["h3"].figures["ratio"] == pytest.approx(0.03 / 0.0115, abs=1e-3)
+    assert out["h3"].figures["peers"] == "same_gpu_type" and "slower than its GPU type's median" in out["h3"].summary
+    # h4: 0.013 / 0.0115 = 1.13 and 5.2e-5 / 4.6e-5 = 1.13 < 1.2 -> CLEAR
+    assert out["h4"].level is Level.CLEAR and out["h4"].figures["ratio"] == pytest.approx(1.130, abs=1e-3)
+    # the band between 1.2 and 1.5 holds a firing alert without starting one
+    band = series.build(T0, 60, 8, _rows({"h1": ("H100", 0.01, 4e-5), "h2": ("H100", 0.01, 4e-5),
+                                          "h3": ("H100", 0.013, 5.2e-5), "h4": ("H100", 0.014, 5.6e-5)}), [])
+    h4 = {s.key: s for s in rules_replica.degradation_from_series(band, cfg)}["h4"]
+    assert h4.figures["ratio"] == pytest.approx(0.014 / 0.0115, abs=1e-3) and h4.level is Level.HOLD
 
 
-def test_degradation_never_compares_across_gpu_types_when_same_type_peers_are_quiet():
-    """a1's only A100 peer has too few calls: a1 (11 ms) must not be judged against the H100s (7 ms,
-    1.57x), which is what paged on the demo's light live load before."""
+def test_lone_gpu_type_is_judged_against_its_own_baseline():
     cfg = AlertConfig().degradation
-
-    def row(replica, gpu, itl, requests=20):
-        return {"replica": replica, "gpu_type": gpu, "requests": requests, "ttft_samples": requests,
-                "ttft_p50_s": 0.1, "itl_samples": requests, "itl_p50_s": itl, "errors": 0, "queue_p95_s": 0.0}
-
-    out = {s.key: s for s in rules.degradation_from_stats(
-        [row("h1", "H100", 0.007), row("h2", "H100", 0.007), row("a1", "A100", 0.011),
-         row("a2", "A100", 0.011, requests=1)], cfg)}
-    assert out["a1"].level is Level.CLEAR and "too few calls" in out["a1"].summary
-    assert out["a1"].figures["other_replicas"] == 0
+    h100 = {"h1": ("H100", 0.01, 4e-5), "h2": ("H100", 0.01, 4e-5), "h3": ("H100", 0.01, 4e-5)}
+    # one A100 among H100s: 1.65x slower than them by design, every bucket -> never degraded
+    steady = series.build(T0, 60, 8, _rows({**h100, "a1": ("A100", 0.0165, 6.6e-5)}), [])
+    a1 = {s.key: s for s in rules_replica.degradation_from_series(steady, cfg)}["a1"]
+    # its own baseline (buckets 3-7): 16.5 ms and 66 us; now the same, the fleet unchanged -> 1.0
+    assert a1.figures["peers"] == "own_baseline" and a1.figures["baseline_itl_s"] == pytest.approx(0.0165)
+    assert a1.figures["ratio"] == pytest.approx(1.0) and a1.level is Level.CLEAR
+    # the same A100 3x slower in the newest two buckets -> 3.0 its own baseline -> FIRE
+    slow_a1 = ("A100", [0.0495] * 2 + [0.0165] * 6, [1.98e-4] * 2 + [6.6e-5] * 6)
+    slowed = series.build(T0, 60, 8, _rows({**h100, "a1": slow_a1}), [])
+    a1 = {s.key: s for s in rules_replica.degradation_from_series(slowed, cfg)}["a1"]
+    assert a1.level is Level.FIRE and a1.figures["ratio"] == pytest.approx(3.0)
+    assert "its own recent baseline, net of the fleet's change" in a1.summary
+    # a surge slowing every replica 2x is no degradation: 2x its baseline / the fleet's 2x change = 1.0
+    surge = {n: (g, [v * 2] * 2 + [v] * 6, [p * 2] * 2 + [p] * 6) for n, (g, v, p) in h100.items()}
+    a1 = {s.key: s for s in rules_replica.degradation_from_series(series.build(T0, 60, 8, _rows(
+        {**surge, "a1": ("A100", [0.033] * 2 + [0.0165] * 6, [1.32e-4] * 2 + [6.6e-5] * 6)}), []), cfg)}["a1"]
+    assert a1.figures["ratio"] == pytest.approx(1.0) and a1.level is Level.CLEAR
+    # with its alert active, the baselines frozen at onset are used, not the (degraded) recent history
+    frozen = {"a1": {"itl_p50_s": 0.033, "prefill_tok_p50_s": 1.32e-4}}
+    held = series.build(T0, 60, 8, _rows({**h100, "a1": slow_a1}), [], frozen=frozen)
+    assert {s.key: s for s in rules_replica.degradation_from_series(held, cfg)}["a1"].figures["ratio"] == \
+        pytest.approx(1.5)
 
 
 def test_alert_text_names_a_replica_once():
@@ -295,3 +207,64 @@ def test_alert_text_names_a_replica_once():
     assert replica_label("replica-2") == "replica-2" and replica_label("r2") == "replica r2"
     assert replica_label("Replica_7") == "Replica_7"
     assert actions("replica-2")[0].startswith("Drain replica-2:")
+
+
+def test_degradation_from_gateway_visible_errors_and_no_data():
+    cfg = AlertConfig().degradation
+    rows = _rows({"r1": ("H100", 0.01, 4e-5), "r2": ("H100", 0.01, 4e-5), "r3": ("H100", 0.01, 4e-5)}, buckets=4)
+    for row in rows:
+        if row["replica"] == "r3" and row["bucket"] < 2:  # 12 of 20 attempts answered 503 before the engine
+            row.update(gw_failed=12, gw_errors=12, gw_ok=8, requests=8, itl_samples=8, prefill_samples=8)
+    fs = series.build(T0, 60, 4, rows, [])
+    r3 = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg)}["r3"]
+    # 24 failed / 40 attempts = 60% >= 5% and >= 3 x max(0%, 1%)
+    assert r3.level is Level.FIRE and r3.figures["error_rate"] == pytest.approx(0.6) and r3.figures["errors"] == 24
+    assert "fails 60.0% of attempts" in r3.summary
+    # r3 stops reporting: with its alert active it holds in a no-data state; without, nothing
+    quiet = series.build(T0, 60, 4, [r for r in rows if not (r["replica"] == "r3" and r["bucket"] < 2)], [])
+    active = {s.key: s for s in rules_replica.degradation_from_series(quiet, cfg, {"r3": {}})}
+    assert active["r3"].no_data and active["r3"].level is Level.HOLD
+    assert "r3" not in {s.key for s in rules_replica.degradation_from_series(quiet, cfg)}
+
+
+def test_queue_growth_against_its_own_level():
+    cfg = AlertConfig().queue
+
+    def fleet(waiting_newest_first, n=6):
+        rows = []
+        for b in range(n):
+            for name in ("r1", "r2"):
+                rows.append({"replica": name, "bucket": b, "waiting_mean": waiting_newest_first[b] / 2})
+        return series.build(T0, 60, n, rows, [])
+
+    # fleet waiting 2 (usual) -> 3 -> 5 -> 9: rising over 2 buckets by >= 0.5, 9 >= 4 and >= 2 x 2
+    signal = rules.queue_from_series(fleet([9, 5, 3, 2, 2, 2]), cfg)
+    assert signal.level is Level.FIRE and signal.figures["waiting_series"] == [3.0, 5.0, 9.0]
+    assert signal.figures["waiting_baseline"] == 2.0
+    # a busy fleet whose queue wobbles around 5: 5 -> 6 -> 7 is below 2 x 5 -> no growth, HOLD (> 1.5 x 5)
+    assert rules.queue_from_series(fleet([8, 6, 5, 5, 5, 5]), cfg).level is Level.HOLD
+    # back to 1.5 x its usual level: CLEAR
+    assert rules.queue_from_series(fleet([7, 6, 5, 5, 5, 5]), cfg).level is Level.CLEAR
+
+
+def test_saturation_without_configuring_max_num_seqs():
+    cfg = AlertConfig().saturation
+    rows = []
+    for b in (0, 1):
+        rows += [{"replica": "r1", "bucket": b, "kv_mean": 0.95, "waiting_mean": 0.0, "waiting_min": 0.0,
+                  "running_mean": 4},
+                 {"replica": "r2", "bucket": b, "kv_mean": 0.4, "waiting_mean": 3.0, "waiting_min": 1.0,
+                  "running_mean": 4},
+                 {"replica": "r3", "bucket": b, "kv_mean": 0.4, "waiting_mean": 3.0, "waiting_min": 0.0,
+                  "running_mean": 4},
+                 {"replica": "r4", "bucket": b, "kv_mean": 0.85, "waiting_mean": 0.0, "waiting_min": 0.0,
+                  "running_mean": 64}]
+    out = {s.key: s for s in rules.saturation_from_series(series.build(T0, 60, 2, rows, []), cfg)}
+    assert out["r1"].level is Level.FIRE and "KV cache 95% used" in out["r1"].summary
+    # r2: requests waiting at every scrape (min 1) -> admits no more, whatever limit stopped it
+    assert out["r2"].level is Level.FIRE and "the queue never empty" in out["r2"].summary
+    assert out["r3"].level is Level.CLEAR  # its queue emptied at some scrape
+    assert out["r4"].level is Level.HOLD  # KV between 80% and 90%
+    cfg.max_running_by_replica = {"r4": 64}  # a configured --max-num-seqs still counts
+    out = {s.key: s for s in rules.saturation_from_series(series.build(T0, 60, 2, rows, []), cfg)}
+    assert out["r4"].level is Level.FIRE and "64 running = max 64" in out["r4"].summary

@@ -30,7 +30,7 @@ def test_service_thread_steps_and_stops_idempotently(store):
         names = [t.name for t in threading.enumerate()]
         assert names.count("infercost-alerts") == 1
         deadline = time.monotonic() + 60
-        while service.evaluator.stats.steps < 6 and time.monotonic() < deadline:
+        while service.evaluator.stats.steps < 12 and time.monotonic() < deadline:
             time.sleep(0.01)
     finally:
         service.stop()
@@ -38,8 +38,8 @@ def test_service_thread_steps_and_stops_idempotently(store):
         receiver.close()
     assert not service.running
     assert "infercost-alerts" not in [t.name for t in threading.enumerate()]
-    # minutes 1..6 of the hand-made cascade: the cascade fired at minute 4 and was delivered
-    assert service.evaluator.stats.steps >= 6
+    # minutes 1..12 of the hand-made cascade: the cascade fired at minute 9 and was delivered
+    assert service.evaluator.stats.steps >= 12
     rules = [a["rule"] for body in receiver.bodies() for a in body["alerts"]]
     assert "cascading_degradation" in rules
 
@@ -91,9 +91,37 @@ def test_prometheus_metrics_of_the_service(store):
 
     seed_cascade_timeline(store, T0)
     service = AlertService(store, AlertConfig())
-    for minute in range(1, 5):
+    for minute in range(1, 10):
         service.step(T0 + timedelta(minutes=minute))
     text = generate_latest(register(service)).decode()
-    assert "infercost_alert_evaluations_total 4.0" in text
+    assert "infercost_alert_evaluations_total 9.0" in text
     assert 'infercost_alerts_active{rule="cascading_degradation",state="firing"} 1.0' in text
     assert 'infercost_alert_notifications_total{result="sent"} 0.0' in text
+
+
+def test_cli_once_replays_forward_and_dry_runs_the_past(store, tmp_path, monkeypatch):
+    """``--once --at`` moving past the last evaluation is recorded (a replay); at a time already
+    evaluated it is a dry run: the real history gets no second copy of its firings."""
+    from infercost.commands.alerts import command
+
+    monkeypatch.setenv("INFERCOST_FLEET_FILE", str(tmp_path / "absent.yaml"))
+    seed_cascade_timeline(store, T0)
+    args = ["--clickhouse-url", "chdb://memory", "--database", store.database, "--once", "--at"]
+    runner = CliRunner()
+    for minute in range(1, 10):
+        result = runner.invoke(command, args + [(T0 + timedelta(minutes=minute)).isoformat()])
+        assert result.exit_code == 0, result.output
+    assert "FIRING    cascading_degradation [r2]" in result.output and "dry run" not in result.output
+    from schema.queries import alerts as q
+
+    rows = len(q.recent_alerts(store, T0, T0 + timedelta(hours=1)))
+    again = runner.invoke(command, args + [(T0 + timedelta(minutes=9)).isoformat()])
+    assert again.exit_code == 0 and "dry run at 2026-11-02T12:09:00+00:00 (already evaluated up to" in again.output
+    assert "FIRING" not in again.output  # the cascade already fires: nothing changes, nothing written
+    assert len(q.recent_alerts(store, T0, T0 + timedelta(hours=1))) == rows
+    assert q.load_state(store, "infercost")[0] == T0 + timedelta(minutes=9)
+    forced = runner.invoke(command, args + [(T0 + timedelta(minutes=10)).isoformat(), "--dry-run"])
+    assert "--dry-run" in forced.output and len(q.recent_alerts(store, T0, T0 + timedelta(hours=1))) == rows
+    bad = runner.invoke(command, ["--at", T0.isoformat(), "--clickhouse-url", "chdb://memory",
+                                  "--database", store.database])
+    assert bad.exit_code != 0 and "go with --once" in bad.output

@@ -2,7 +2,12 @@
 
 Evaluates every ``--interval`` (default 15 s) at the wall clock, records every state change in the
 ``alerts`` table and delivers firing/resolved alerts to the given notifiers. ``--once`` runs one
-evaluation (``--at`` picks its time, e.g. to replay a past incident) and exits. Thresholds come from
+evaluation and exits: it resumes the lifecycle state the previous evaluation saved (``alerts_state``:
+clear countdowns, no-data times, frozen baselines) and saves it again, so cron-style or replayed
+``--once`` runs give the same lifecycle as the service. ``--at`` picks its time: moving forward
+from the last evaluation it is a replay and is recorded; at or before a time already evaluated (the
+live service's history) it is a dry run that writes and notifies nothing, so the real history never
+gets a second copy of its firings (``--dry-run`` forces one at any time). Thresholds come from
 the ``alerts:`` section of the fleet file (``INFERCOST_FLEET_FILE``, default ``fleet.yaml``) when it
 exists; see alerts/config.py for every setting and its default.
 
@@ -67,16 +72,47 @@ def _echo_transitions(transitions) -> None:
                    f"({a.severity}): {a.summary}{cost}")
 
 
+def _once(service, store, config, when: datetime | None, dry_run: bool) -> None:
+    """One evaluation at ``when`` (now if None): recorded when it moves past the last evaluation,
+    else (or with ``dry_run``) evaluated without writing or notifying anything."""
+    from schema.queries import alerts as q
+    from schema.store import StoreError
+
+    when = when or datetime.now(timezone.utc)
+    evaluator = service.evaluator
+    done = [t for t in (evaluator.evaluated_at,) if t is not None]
+    try:
+        last = q.last_event_time(store, config.evaluator_id)
+    except StoreError:
+        last = None
+    done += [last] if last is not None else []
+    reached = max(done) if done else None
+    if dry_run or (reached is not None and when <= reached):
+        evaluator.record = False
+        evaluator.dispatcher = None
+        why = "--dry-run" if dry_run else f"already evaluated up to {reached.isoformat(timespec='seconds')}"
+        click.echo(f"dry run at {when.isoformat(timespec='seconds')} ({why}): nothing is written or notified")
+    _echo_transitions(service.step(when))
+    active = list(evaluator.lifecycle.active.values())
+    firing = sum(a.state.value == "firing" for a in active)
+    click.echo(f"{len(active)} active alert(s), {firing} firing")
+    for a in active:
+        data = " [no data]" if a.no_data_since else ""
+        click.echo(f"  {a.state.value:7} {a.rule}{' [' + a.replica + ']' if a.replica else ''}{data}: {a.summary}")
+
+
 @click.command(name="alerts")
 @click.option("--once", is_flag=True, help="Run one evaluation and exit.")
-@click.option("--at", "at", default=None, help="With --once: evaluate at this UTC time (ISO 8601) instead of now.")
+@click.option("--at", "at", default=None, help="With --once: evaluate at this UTC time (ISO 8601) instead of now; "
+              "a time already evaluated is a dry run.")
+@click.option("--dry-run", is_flag=True, help="With --once: evaluate and print, write and notify nothing.")
 @click.option("--interval", default="15s", show_default=True, help="Evaluation period (e.g. 15s, 1m).")
 @click.option("--webhook", multiple=True, help="Generic JSON webhook URL (repeatable).")
 @click.option("--slack", multiple=True, help="Slack-compatible incoming webhook URL (repeatable).")
 @click.option("--alertmanager", multiple=True, help="Alertmanager base URL; alerts go to /api/v2/alerts (repeatable).")
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
 @click.option("--database", default=None, help="ClickHouse database (default infercost).")
-def command(once, at, interval, webhook, slack, alertmanager, clickhouse_url, database):
+def command(once, at, dry_run, interval, webhook, slack, alertmanager, clickhouse_url, database):
     """Run the alert evaluator: record state changes in the alerts table and notify."""
     from alerts.service import AlertService
     from infercost.settings import load_settings
@@ -92,6 +128,8 @@ def command(once, at, interval, webhook, slack, alertmanager, clickhouse_url, da
         if at is not None:
             when = datetime.fromisoformat(at.replace("Z", "+00:00"))
             when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        if (at is not None or dry_run) and not once:
+            raise ValueError("--at and --dry-run go with --once")
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
@@ -104,11 +142,9 @@ def command(once, at, interval, webhook, slack, alertmanager, clickhouse_url, da
     try:
         restored = service.restore()
         if restored:
-            click.echo(f"resumed {restored} open alert(s) from the alerts table")
+            click.echo(f"resumed {restored} open alert(s)")
         if once:
-            _echo_transitions(service.step(when))
-            active = [a for a in service.evaluator.lifecycle.active.values()]
-            click.echo(f"{len(active)} active alert(s)")
+            _once(service, store, config, when, dry_run)
             return
         click.echo(f"infercost alerts: evaluating every {interval_s:g}s; {len(notifiers)} notifier(s); Ctrl-C to stop")
         import time

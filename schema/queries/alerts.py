@@ -57,15 +57,25 @@ def _dicts(store, name: str, **params) -> list[dict[str, Any]]:
 
 # --- rule inputs ---------------------------------------------------------------------------------
 
-def replica_latency(store, now: datetime, window_s: int, lookback_s: int = 900) -> list[dict[str, Any]]:
-    """Per-replica engine latency over calls that ended in ``(now - window_s, now]``.
-
-    Returns one dict per replica: ``replica``, ``gpu_type``, ``requests``, ``ttft_samples``, ``ttft_p50_s``,
-    ``itl_samples``, ``itl_p50_s`` (decode_s / (output_tokens - 1), seconds per token), ``errors``
-    (error_class upstream_error or timeout: the replica's fault), ``queue_p95_s``. ``lookback_s`` bounds call start
-    times (the longest call expected) so the primary key prunes. Raises StoreError.
+def replica_series(store, now: datetime, bucket_s: int, buckets: int, lookback_s: int = 900) -> list[dict[str, Any]]:
+    """Per replica and bucket (0 = newest, ``(now - (b+1) x bucket_s, now - b x bucket_s]``) over the last
+    ``buckets``: engine ``requests``, ``itl_p50_s`` / ``itl_samples`` (seconds per output token),
+    ``prefill_tok_p50_s`` / ``prefill_samples`` (prefill seconds per prompt token), ``queue_p95_s``,
+    ``engine_errors``; gateway ``attempts``, ``gw_ok``, ``gw_failed`` (error_class upstream_error or
+    timeout), ``gw_conn_errors``, ``gw_abandoned`` (client_cancel); gauges ``waiting_mean``,
+    ``running_mean`` (summed over a replica's engines), ``kv_mean`` (0..1), ``gauge_points``,
+    ``up_ok`` / ``up_failed``; and ``gpu_type``. Absent figures are None (or NaN). Raises StoreError.
     """
-    return _dicts(store, "alerts_replica_latency", now=utc(now), window_s=int(window_s), lookback_s=int(lookback_s))
+    return _dicts(store, "alerts_replica_series", now=utc(now), bucket_s=int(bucket_s), buckets=int(buckets),
+                  lookback_s=int(lookback_s))
+
+
+def retry_series(store, now: datetime, bucket_s: int, buckets: int, lookback_s: int = 900) -> list[dict[str, Any]]:
+    """Fleet attempts per bucket (0 = newest): ``client_attempts``, ``client_retries`` (task.attempt >= 2),
+    ``client_timeouts``, ``gateway_attempts``, ``gateway_requests`` (hidden retries = attempts -
+    requests). Buckets without attempts are absent. Raises StoreError."""
+    return _dicts(store, "alerts_retry_series", now=utc(now), bucket_s=int(bucket_s), buckets=int(buckets),
+                  lookback_s=int(lookback_s))
 
 
 def retry_windows(store, now: datetime, window_s: int, baseline_s: int, lookback_s: int = 900) -> dict[str, dict[str, int]]:
@@ -78,32 +88,6 @@ def retry_windows(store, now: datetime, window_s: int, baseline_s: int, lookback
     found = _dicts(store, "alerts_retry_windows", now=utc(now), window_s=int(window_s),
                    baseline_s=int(baseline_s), lookback_s=int(lookback_s))
     return {r.pop("call_source"): {k: int(v) for k, v in r.items()} for r in found}
-
-
-def queue_series(store, now: datetime, bucket_s: int, buckets: int) -> dict[int, dict[str, float]]:
-    """Fleet ``vllm:num_requests_waiting`` per bucket counted back from ``now`` (bucket 0 = newest).
-
-    Returns ``{bucket: {waiting: sum over replicas of their mean, replicas: reporting replicas}}``;
-    buckets without points are absent. Raises StoreError.
-    """
-    found = _dicts(store, "alerts_queue_series", now=utc(now), bucket_s=int(bucket_s), buckets=int(buckets))
-    return {int(r["bucket"]): {"waiting": float(r["waiting"]), "replicas": int(r["replicas"])} for r in found}
-
-
-def queue_time_series(store, now: datetime, bucket_s: int, buckets: int, lookback_s: int = 900) -> dict[int, dict[str, float]]:
-    """Fleet engine queue-time p95 (seconds) per bucket counted back from ``now`` (bucket 0 = newest).
-
-    Returns ``{bucket: {requests, queue_p95_s}}``. Raises StoreError.
-    """
-    found = _dicts(store, "alerts_queue_time_series", now=utc(now), bucket_s=int(bucket_s), buckets=int(buckets),
-                   lookback_s=int(lookback_s))
-    return {int(r["bucket"]): {"requests": int(r["requests"]), "queue_p95_s": float(r["queue_p95_s"])} for r in found}
-
-
-def replica_saturation(store, now: datetime, window_s: int) -> list[dict[str, Any]]:
-    """Per replica over ``(now - window_s, now]``: ``kv_mean``/``kv_max`` (0..1), ``running_mean``/
-    ``running_max`` (requests), ``waiting_mean`` (requests), ``points``. Raises StoreError."""
-    return _dicts(store, "alerts_replica_saturation", now=utc(now), window_s=int(window_s))
 
 
 def slo_windows(store, now: datetime, windows_s: Sequence[int], lookback_s: int = 3600) -> dict[int, dict[str, int]]:
@@ -184,6 +168,32 @@ def insert_alert_changes(store, changes: Iterable[AlertChange]) -> int:
     return len(data)
 
 
+STATE_TABLE = "alerts_state"
+
+
+def load_state(store, evaluator: str) -> tuple[datetime, dict] | None:
+    """The newest saved lifecycle state of ``evaluator``: (evaluated_at as aware UTC, state dict), or
+    None when it never saved. Raises StoreError; ValueError when the stored JSON is unreadable."""
+    found = _dicts(store, "alerts_state_latest", evaluator=evaluator)
+    if not found:
+        return None
+    return aware(found[0]["evaluated_at"]), json.loads(found[0]["state"])
+
+
+def save_state(store, evaluator: str, evaluated_at: datetime, state: dict, saved_at: datetime | None = None) -> None:
+    """Save ``state`` (JSON-serialisable) as ``evaluator``'s lifecycle state at ``evaluated_at``.
+    Raises StoreError."""
+    saved = saved_at or datetime.now(timezone.utc)
+    store.insert(STATE_TABLE, [[evaluator, utc(saved), utc(evaluated_at), json.dumps(state, sort_keys=True, default=str)]],
+                 ("evaluator", "saved_at", "evaluated_at", "state"), tag="alerts.state")
+
+
+def last_event_time(store, evaluator: str) -> datetime | None:
+    """The newest ``event_time`` ``evaluator`` wrote to the alerts table (aware UTC), or None. Raises StoreError."""
+    found = _dicts(store, "alerts_last_event", evaluator=evaluator)
+    return aware(found[0]["last_event"]) if found else None
+
+
 def active_alerts(store):
     """Alerts whose latest state is pending or firing, newest first (pandas DataFrame).
 
@@ -204,6 +214,22 @@ def alerts_in_period(store, start: datetime, end: datetime, now: datetime | None
 
     Columns: alert_id, started_at, rule, severity, replica, state (latest), fired_at, resolved_at
     (NULL while firing), duration_s (firing time up to resolved_at, or to ``now`` — default ``end`` —
-    for an incident still firing), est_cost_usd, cost_source, summary.
+    for an incident still firing), est_cost_usd, cost_source, summary, alert_key, evidence (JSON
+    text), labels.
     """
     return run(store, "alerts_incidents", start=utc(start), end=utc(end), now=utc(now or end))
+
+
+def alert_history(store, alert_id: str):
+    """Every state change of ``alert_id`` (all its incidents), newest first (DataFrame with the table's
+    columns except ``evaluator``). Raises ValueError for an id that is not 16 hex characters."""
+    if not (isinstance(alert_id, str) and len(alert_id) == 16 and all(c in "0123456789abcdef" for c in alert_id)):
+        raise ValueError(f"an alert id is 16 hex characters, got {alert_id!r}")
+    return run(store, "alerts_by_id", alert_id=alert_id)
+
+
+def replica_spend(store, start: datetime, end: datetime) -> dict[str, float]:
+    """GPU spend per replica over ``[start, end)`` in USD (the cost engine's replica_minutes; empty when
+    its jobs have not run). Raises StoreError."""
+    found = _dicts(store, "alerts_replica_spend", start=utc(start), end=utc(end))
+    return {r["replica"]: float(r["spend_usd"] or 0.0) for r in found}

@@ -10,6 +10,15 @@ Kinds (``FaultEvent.kind``):
   Realistic default: 1.8%-7.3% failed requests (BurstGPT, KDD 2025; shared/data/README.md).
 - ``kv_cut``: fraction of KV-cache blocks taken away (0..1): preemption pressure.
 
+Virtual-time only (the fleet simulator; a live replica refuses them):
+- ``telemetry_loss``: the replica keeps serving but its telemetry stops arriving (its collector or
+  exporter died): ``value`` ``"spans"`` (no ``llm_request`` spans), ``"metrics"`` (no metric points,
+  as when its scrape target vanished) or ``"all"`` (both, the default). Gateway and client spans
+  still arrive: they come from other processes.
+- ``drain``: a planned scale-down: the gateway stops routing to the replica, which finishes what it
+  runs and is then shut down (no more metric points, no connection errors). With ``until_s`` it
+  rejoins the pool then (scale-up).
+
 A timeline is a JSON or YAML list of events: ``{at_s, replica, kind, value, until_s}``; ``at_s`` /
 ``until_s`` are seconds from the start of the run; ``replica`` is a replica id or ``"*"`` for all.
 ``until_s`` ends the fault (the value returns to healthy).
@@ -22,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FAULT_KINDS = ("slowdown", "crash", "error_rate", "kv_cut")
+SIM_FAULT_KINDS = ("telemetry_loss", "drain")  # virtual-time simulator only
+TELEMETRY_SOURCES = ("spans", "metrics", "all")
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ class FaultEvent:
     until_s: float | None = None
 
     def __post_init__(self):
-        problems = validate_fault(self.kind, self.value)
+        problems = validate_fault(self.kind, self.value, FAULT_KINDS + SIM_FAULT_KINDS)
         if self.at_s < 0:
             problems.append(f"at_s must be >= 0, got {self.at_s}")
         if self.until_s is not None and self.until_s < self.at_s:
@@ -44,10 +55,13 @@ class FaultEvent:
             raise ValueError(f"bad fault event {self}: " + "; ".join(problems))
 
 
-def validate_fault(kind: str, value) -> list[str]:
-    """Every problem with a (kind, value) pair, as messages (empty = valid)."""
-    if kind not in FAULT_KINDS:
-        return [f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}"]
+def validate_fault(kind: str, value, kinds: tuple[str, ...] = FAULT_KINDS) -> list[str]:
+    """Every problem with a (kind, value) pair, as messages (empty = valid). ``kinds``: the kinds the
+    caller can apply (a live replica: ``FAULT_KINDS``; the simulator adds ``SIM_FAULT_KINDS``)."""
+    if kind not in kinds:
+        return [f"unknown fault kind {kind!r}; known: {', '.join(kinds)}"]
+    if kind == "telemetry_loss" and value is not None and value not in TELEMETRY_SOURCES:
+        return [f"telemetry_loss needs one of {', '.join(TELEMETRY_SOURCES)}, got {value!r}"]
     if kind == "slowdown":
         if not isinstance(value, (int, float)) or value <= 0:
             return [f"slowdown needs a factor > 0, got {value!r}"]

@@ -99,7 +99,8 @@ class SimSummary:
 
 class _Rep:
     __slots__ = ("spec", "idx", "profile", "engine", "ver", "down", "unhealthy_until", "outstanding", "errors",
-                 "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests", "metrics")
+                 "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests", "metrics",
+                 "spans_lost", "metrics_lost", "draining")
 
 
 class _Task:
@@ -176,8 +177,10 @@ class FleetSimulator(ReplicaEvents):
             r.preempt_base = 0
             r.gen_base = 0
             r.requests = 0
+            r.spans_lost = r.metrics_lost = r.draining = False
             self.reps.append(r)
         self.by_id = {r.spec.id: r for r in self.reps}
+        self.pool = list(self.reps)  # what the gateway routes to (a drained replica leaves it)
         for ev in faults:
             self.push(ev.at_s, self.on_fault, ev)
             if ev.until_s is not None and ev.kind != "crash":
@@ -344,7 +347,7 @@ class FleetSimulator(ReplicaEvents):
         self.gateway_try(a.gw_start, a)
 
     def route(self, t, a) -> _Rep:
-        reps = self.reps
+        reps = self.pool or self.reps
         if not a.tried and self.all_healthy_until <= t:
             cands = reps  # the common case: nothing tried yet, nobody ejected
         else:
@@ -464,7 +467,7 @@ class FleetSimulator(ReplicaEvents):
             self.push(req.finished + GATEWAY_REPLICA_S + CLIENT_GATEWAY_S, self.on_complete, a)
 
     def engine_span(self, rep, a, req):
-        if self.span_mode == "none":
+        if self.span_mode == "none" or rep.spans_lost:
             return
         self.summary.engine_spans += 1
         if self.span_mode == "engine":

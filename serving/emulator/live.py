@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from serving.emulator.faults import SIM_FAULT_KINDS
 from serving.emulator.profiles import get_profile
 from serving.emulator.server import HEALTHY, ReplicaServer
 
@@ -78,6 +79,8 @@ class Fleet(list):
         for ev in events:
             if ev.replica != "*" and ev.replica not in ids:
                 raise ValueError(f"fault {ev} names unknown replica {ev.replica!r}; replicas: {sorted(ids)}")
+            if ev.kind in SIM_FAULT_KINDS:
+                raise ValueError(f"fault kind {ev.kind!r} exists in the virtual-time simulator only (--virtual)")
 
         def apply(ev, end: bool):
             for r in self if ev.replica == "*" else [ids[ev.replica]]:

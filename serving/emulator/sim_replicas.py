@@ -4,7 +4,9 @@ Where it sits: a mixin of ``fleet_sim.FleetSimulator`` (which provides ``interru
 ``reschedule``, ``end_attempt``, ``after_failure``, ``push``, ``ns``, ``sink`` and ``summary``).
 A crashed replica loses its in-flight requests without spans (vLLM never exports them), refuses
 connections until it restarts, and starts its cumulative metric series again; a dead replica is
-not scraped.
+not scraped. Virtual-time only faults: ``telemetry_loss`` (the replica serves, its spans and/or
+metric points stop arriving) and ``drain`` (a planned scale-down: out of the gateway's pool, shut
+down once idle, back with a fresh engine at ``until_s``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ class ReplicaEvents:
             if ev.kind == "error_rate":
                 rep.errors = error_rates(ev.value)
                 continue
+            if ev.kind == "telemetry_loss":
+                source = ev.value or "all"
+                rep.spans_lost = rep.spans_lost or source in ("spans", "all")
+                rep.metrics_lost = rep.metrics_lost or source in ("metrics", "all")
+                continue
+            if ev.kind == "drain":
+                rep.draining = True
+                self.pool = [r for r in self.reps if not r.draining]
+                continue
             self.interrupt(rep, t)
             if ev.kind == "slowdown":
                 rep.engine.slowdown = float(ev.value)
@@ -38,6 +49,17 @@ class ReplicaEvents:
         for rep in self.reps if ev.replica == "*" else [self.by_id[ev.replica]]:
             if ev.kind == "error_rate":
                 rep.errors = {}
+                continue
+            if ev.kind == "telemetry_loss":
+                source = ev.value or "all"
+                rep.spans_lost = rep.spans_lost and source == "metrics"
+                rep.metrics_lost = rep.metrics_lost and source == "spans"
+                continue
+            if ev.kind == "drain":
+                rep.draining = False
+                self.pool = [r for r in self.reps if not r.draining]
+                if rep.down:  # it was shut down once idle: it comes back as a new process
+                    self.on_restart(t, rep)
                 continue
             self.interrupt(rep, t)
             if ev.kind == "slowdown":
@@ -84,8 +106,12 @@ class ReplicaEvents:
         parts = []
         now_ns = self.ns(t)
         for rep in self.reps:
-            if rep.down:
-                continue  # a dead replica is not scraped
+            if rep.draining and not rep.down and not rep.inflight:
+                rep.down = True  # drained and idle: shut down (and no longer a scrape target)
+                rep.engine.crash()
+                rep.ver += 1
+            if rep.down or rep.metrics_lost:
+                continue  # a dead replica is not scraped; a lost one's points never arrive
             self.interrupt(rep, t)
             self.reschedule(rep)
             if self.sink is not None:

@@ -83,8 +83,8 @@ class ReplicaEvents:
         parts = []
         now_ns = self.ns(t)
         for rep in self.reps:
-            if rep.down:
-                continue  # a dead replica is not scraped
+            if not self.scraped(rep):
+                continue  # a dead (or, autoscaled, parked) replica is not scraped
             self.interrupt(rep, t)
             self.reschedule(rep)
             if self.sink is not None:

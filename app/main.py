@@ -20,6 +20,7 @@ PAGES = [
     st.Page("pages/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
     st.Page("pages/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
     st.Page("pages/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
+    st.Page("pages/planner.py", title="Planner", icon=":material/query_stats:", url_path="planner"),
 ]
 
 page = st.navigation(PAGES)

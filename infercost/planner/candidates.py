@@ -105,6 +105,11 @@ class Candidate:
                 out.append(ReplicaSpec(rid, p.profile, p.gpu_type, p.gpu_count, max_num_seqs=p.max_num_seqs))
         return out
 
+    def sim_kwargs(self) -> dict:
+        """The keyword arguments of ``fleet_sim.simulate`` this candidate sets (besides the fleet)."""
+        return {"policy": self.policy, "gateway_retries": self.gateway_retries,
+                "admission_caps": dict(self.admission) if self.admission else None, "autoscale": self.autoscale}
+
     def key(self) -> tuple:
         """What makes two candidates the same run (name and origin aside)."""
         pools = tuple(sorted((p.gpu_type, p.gpu_count, p.profile, p.max_num_seqs or PROFILES[p.profile].max_num_seqs,

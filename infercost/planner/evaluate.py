@@ -221,10 +221,8 @@ def evaluate(scratch: Scratch, workload, candidate, fleet_base: dict, *, plans=N
     ingest = BufferedIngest(scratch.store)
     start = workload.start.replace(tzinfo=timezone.utc)
     summary = simulate(counted(plans, report), candidate.replicas(), start_time_ns=int(start.timestamp()) * 10**9,
-                       policy=candidate.policy, retry_policy=workload.client, gateway_retries=candidate.gateway_retries,
-                       admission_caps=dict(candidate.admission) if candidate.admission else None,
-                       autoscale=candidate.autoscale, sink=CostMetricsSink(ingest), seed=seed, metrics_interval_s=60.0,
-                       total=len(plans))
+                       retry_policy=workload.client, sink=CostMetricsSink(ingest), seed=seed, metrics_interval_s=60.0,
+                       total=len(plans), **candidate.sim_kwargs())
     ingest.flush()
     if ingest.rejected:
         raise RuntimeError(f"the ingest path rejected {ingest.rejected} replayed spans or points: {ingest.messages[:1]}")

@@ -161,6 +161,8 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
 
             ttft_budget = min((a for a, _ in workload.slos.values() if a), default=2000.0) / 1000.0
             prices = _replica_prices(base, gpu_types)
+            echo(f"planner: profiling {len(prices)} GPU type(s) x {len(s.max_num_seqs)} batch size(s) per "
+                 f"request-size bucket for the GPU mix (Mélange), TTFT budget {ttft_budget:g} s")
             mel, run.melange = propose(workload, {t: (p, prices[t]) for t, p in gpu_types.items() if t in prices},
                                        s.max_num_seqs, ttft_budget, s.max_replicas, current)
             first += mel

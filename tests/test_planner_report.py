@@ -160,3 +160,14 @@ def test_weekly_review_takes_its_levers_from_the_planner(saved):
     assert "Risk medium" in by["move"].method and ("risk", by["move"].detail[1][1]) == by["move"].detail[1]
     assert by["avoid"].saving_usd is None and "no candidate changed this move" in by["avoid"].method
     assert planner_levers(pq.run(saved, "no-such-run")) == []
+
+
+def test_the_text_report_prints_the_backtest_first_and_every_measure():
+    text = report.render(_run())
+    assert text.index("Backtest") < text.index("candidate ") < text.index("Recommendation:")
+    assert "  CPST      measured $0.2050  replayed $0.2000  error 2.4%" in text
+    assert "=> PASSED (tolerance 10%)" in text
+    row = next(line for line in text.splitlines() if line.startswith("cheap "))
+    assert row.split()[-5:] == ["96.0%", "frontier,", "meets", "SLO,", "RECOMMENDED"]
+    assert "waste by category (USD)" in text and "per task type vs SLO" in text
+    assert any(line.startswith("cheaper") and line.endswith("NO") for line in text.splitlines())

@@ -64,6 +64,7 @@ class Evaluator:
         self.inprocess_url = inprocess_url
         self.progress = progress
         self.bar = None
+        self.committed = 0  # progress units of the candidates submitted so far
         self._procs: list = []
         self._scratch = None
         self._dir = Path(tempfile.mkdtemp(prefix="infercost-plan-", dir=scratch_dir))
@@ -106,11 +107,23 @@ class Evaluator:
             self._scratch.drop()
             self._scratch = None
         if self.bar is not None:
+            self.bar.total = self.bar.n  # the search may stop before its bound: end the bar at 100 %
             self.bar.close()
             self.bar = None
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ work
+    def units(self, plans=None) -> int:
+        """Progress units of one candidate: its simulated tasks plus the cost jobs' share."""
+        n_tasks = len(plans if plans is not None else self.workload.plans)
+        return n_tasks + max(1, int(n_tasks * JOBS_SHARE))
+
+    def expect(self, candidates: int) -> None:
+        """Size the bar for ``candidates`` more (the search's bound), so its ETA covers the whole run."""
+        if self.bar is not None:
+            self.bar.total = max(self.bar.total, self.committed + candidates * self.units())
+            self.bar.refresh()
+
     def _advance(self, n: int) -> None:
         if self.bar is not None:
             self.bar.update(n)
@@ -121,10 +134,10 @@ class Evaluator:
         A candidate that fails gets a result with ``error`` set; a worker that dies raises RuntimeError.
         """
         candidates = list(candidates)
-        n_tasks = len(plans if plans is not None else self.workload.plans)
-        units = n_tasks + max(1, int(n_tasks * JOBS_SHARE))
+        units = self.units(plans)
+        self.committed += units * len(candidates)
         if self.bar is not None:
-            self.bar.total += units * len(candidates)
+            self.bar.total = max(self.bar.total, self.committed)
             self.bar.refresh()
         if self.workers == 0:
             out = []
@@ -155,8 +168,7 @@ class Evaluator:
         return [done[i] for i in range(len(candidates))]
 
     def _one_inprocess(self, candidate, plans) -> CandidateResult:
-        n_tasks = len(plans if plans is not None else self.workload.plans)
-        units = n_tasks + max(1, int(n_tasks * JOBS_SHARE))
+        units = self.units(plans)
         seen = [0]
 
         def report(n):

@@ -119,6 +119,34 @@ def _f(x, fmt="{:.4f}", none="—"):
     return none if x is None else fmt.format(x)
 
 
+def _waste_table(results) -> list[str]:
+    """Where each candidate's money went (USD over the period; the six categories add up to spend)."""
+    cats = ("useful", "retry_waste", "failed_task_waste", "unattributed", "pending", "idle")
+    head = f"{'waste by category (USD)':<28} " + " ".join(f"{c:>17}" for c in cats)
+    out = [head, "-" * len(head)]
+    for r in sorted(results, key=lambda r: (r.cpst_usd is None, r.cpst_usd or 0, r.name)):
+        if not r.error:
+            out.append(f"{r.name[:28]:<28} " + " ".join(f"{(r.waste or {}).get(c, 0.0):>17.2f}" for c in cats))
+    return out
+
+
+def _type_table(plan) -> list[str]:
+    """Per task type vs its SLO, for the current fleet, the recommendation and the frontier."""
+    head = (f"{'per task type vs SLO':<28} {'type':<16} {'tasks':>7} {'p95 TTFT s':>10} {'budget':>8} "
+            f"{'p95 e2e s':>10} {'budget':>9} {'attained':>9}  meets")
+    out = [head, "-" * len(head)]
+    shown = [r for r in plan.results if not r.error and (r.name in (plan.current, plan.recommended)
+                                                         or r.name in plan.frontier)]
+    for r in sorted(shown, key=lambda r: (r.name != plan.current, r.name != plan.recommended, r.name)):
+        for t, v in sorted(r.per_type.items()):
+            budget_t = _f(v.get("slo_ttft_ms") and v["slo_ttft_ms"] / 1000, "{:.2f}")
+            budget_e = _f(v.get("slo_e2e_ms") and v["slo_e2e_ms"] / 1000, "{:.0f}")
+            out.append(f"{r.name[:28]:<28} {t[:16]:<16} {int(v.get('tasks') or 0):>7} "
+                       f"{_f(v.get('ttft_p95_s'), '{:.3f}'):>10} {budget_t:>8} {_f(v.get('e2e_p95_s'), '{:.1f}'):>10} "
+                       f"{budget_e:>9} {_f(v.get('slo_attainment'), '{:.1%}'):>9}  {'yes' if v.get('meets_slo') else 'NO'}")
+    return out
+
+
 def render(plan) -> str:
     """The CLI's report of a ``PlanResult``: backtest first, then table, frontier, recommendation."""
     bt = plan.backtest
@@ -158,6 +186,7 @@ def render(plan) -> str:
                          f"{_f(r.goodput_per_hour, '{:.1f}'):>9} {_f(r.slo_attainment_min, '{:.1%}'):>7}  "
                          f"{', '.join(flags)}")
         lines.append("")
+        lines += _waste_table(plan.results) + [""] + _type_table(plan) + [""]
     lines.append(f"Recommendation: {plan.message}")
     if plan.levers:
         lines.append("")

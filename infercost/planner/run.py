@@ -135,8 +135,15 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     echo(f"planner: {len(workload.plans)} tasks, {workload.calls} calls; current fleet {current.label()}")
     state = SearchState(started=began)
     state.candidates[current.name] = current
+    s = config.search
+    gpu_types = _gpu_types(current, config)
+    levers = lever_candidates(current, s.max_num_seqs)
+    first = list(user) + [c for group in levers.values() for c in group]
+    do_search = s.enabled if search is None else search
+    expected = s.max_candidates if do_search else min(s.max_candidates, 1 + len(first))
     with Evaluator(workload, base, workers=workers, slo_target=config.slo_target, seed=seed, progress=progress,
                    scratch_dir=scratch_dir, inprocess_url=inprocess_url) as evaluator:
+        evaluator.expect(expected)  # the bar's ETA covers the whole run (the search's bound)
         replay = evaluator.evaluate_many([current])[0]
         state.results.append(replay)
         state.keys.add(current.key())
@@ -151,11 +158,6 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
             return run
         echo(f"planner: backtest passed (CPST {run.backtest['cpst_error']:.1%}, p95 TTFT "
              f"{run.backtest['ttft_error']:.1%}); searching")
-        s = config.search
-        gpu_types = _gpu_types(current, config)
-        levers = lever_candidates(current, s.max_num_seqs)
-        first = list(user) + [c for group in levers.values() for c in group]
-        do_search = s.enabled if search is None else search
         if do_search:
             from infercost.planner.melange import propose
 

@@ -91,6 +91,9 @@ def test_the_recommendation_realises_its_saving_on_another_week(tmp_path):
         finally:
             drop_store(store)
     realised_ratio = 1 - realised["recommended"][0] / realised["current"][0]
+    print(f"\nforward test: recommended {recommended.spec['label']}; predicted saving {run.saving_ratio:.1%}, "
+          f"realised {realised_ratio:.1%} (CPST ${realised['recommended'][0]:.4f} vs ${realised['current'][0]:.4f}); "
+          f"SLO attainment {realised['recommended'][1]}")
     assert realised_ratio >= 0.8 * run.saving_ratio, (realised_ratio, run.saving_ratio, recommended.spec["label"])
     attainment = realised["recommended"][1]
     assert all(attainment[t] >= config.slo_target for t in ("chat", "copilot", "research_agent")), attainment

@@ -171,3 +171,26 @@ def test_the_text_report_prints_the_backtest_first_and_every_measure():
     assert row.split()[-5:] == ["96.0%", "frontier,", "meets", "SLO,", "RECOMMENDED"]
     assert "waste by category (USD)" in text and "per task type vs SLO" in text
     assert any(line.startswith("cheaper") and line.endswith("NO") for line in text.splitlines())
+
+
+def test_a_failed_backtest_recommends_nothing_and_says_where(store):
+    run = _run()
+    run.run_id, run.status, run.recommended, run.saving_ratio, run.saving_usd = "run-2", "backtest_failed", "", None, None
+    run.backtest = report.backtest({"cpst_usd": 0.20, "ttft_p95_s": 1.0}, CURRENT, 0.10)
+    run.message = "none: the backtest failed"
+    run.diagnosis = ["2026-11-08T23h: measured 900 tasks (12 unsuccessful), p95 TTFT 3.00 s; replay 900 (3), 1.00 s"]
+    run.results, run.levers = [CURRENT], []
+    text = report.render(run)
+    assert "=> FAILED: p95 TTFT off by 70.0% (> 10%)" in text and run.diagnosis[0] in text
+    results.save(store, run)
+    store_provider.set_store(store)
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.switch_page("pages/planner.py")
+        at.run()
+        assert not at.exception
+        assert at.error and "Backtest failed" in at.error[0].value
+        assert any(run.diagnosis[0] in c.value for c in at.caption)
+        assert not any(m.label == "Recommended" for m in at.metric)
+    finally:
+        store_provider.clear()

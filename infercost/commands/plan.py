@@ -24,8 +24,9 @@ from infercost.settings import load_settings
               help="Candidates file (plan.yaml): candidates, search bounds, current-fleet settings, GPU types.")
 @click.option("--slo-from", "slo_file", type=click.Path(dir_okay=False, exists=True), default=None,
               help="fleet.yaml whose slos: the candidates must meet (default: the SLOs the tasks carried).")
-@click.option("--workers", type=int, default=None,
-              help="Processes evaluating candidates (default: the number of cores).")
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Processes evaluating candidates, each with its own scratch store (default: the number of "
+                   "cores; 0 = in this process, in a scratch database of the store).")
 @click.option("--budget", default=None, help="Wall-clock budget of the search, e.g. 10m (default: the file's, 600 s).")
 @click.option("--max-candidates", type=int, default=None, help="Most candidates to evaluate (default: 20).")
 @click.option("--no-search", is_flag=True, help="Evaluate only the current fleet, the levers and the file's candidates.")
@@ -74,7 +75,8 @@ def command(since, until, candidates_file, slo_file, workers, budget, max_candid
         migrate(store, settings.retention_days)
         run = plan(store, end - period, end, config, slos=slos, workers=workers, seed=seed,
                    search=False if no_search else None, echo=lambda m: click.echo(m, err=True),
-                   scratch_dir=str(settings.data_dir) if settings.data_dir.exists() else None)
+                   scratch_dir=str(settings.data_dir) if settings.data_dir.exists() else None,
+                   inprocess_url=settings.store_url)
         click.echo(report.render(run))
         if not no_save:
             results.save(store, run)

@@ -194,3 +194,15 @@ def test_a_failed_backtest_recommends_nothing_and_says_where(store):
         assert not any(m.label == "Recommended" for m in at.metric)
     finally:
         store_provider.clear()
+
+
+def test_neighbours_of_an_autoscaled_fleet_keep_a_valid_rule():
+    from serving.emulator.sim_control import AutoscaleRule
+
+    cur = Candidate("auto", (Pool("H100", 2, H100), Pool("A100", 2, A100)),
+                    autoscale=AutoscaleRule(min_replicas=1, max_replicas=4))
+    moves = neighbours(cur, {"H100": H100, "A100": A100}, [16], [], 8)
+    smaller = [c for c in moves if c.n_replicas == 3]
+    assert smaller and all(c.autoscale.max_replicas == 3 and c.autoscale.min_replicas == 1 for c in smaller)
+    bigger = [c for c in moves if c.n_replicas == 5]
+    assert bigger and all(c.autoscale.max_replicas == 5 for c in bigger)  # the rule spanned the whole fleet

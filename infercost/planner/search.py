@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from infercost.planner.candidates import Candidate, Pool
+from infercost.planner.candidates import Candidate, CandidateError, Pool
 from serving.emulator.profiles import PROFILES
 from serving.emulator.sim_control import AutoscaleRule
 
@@ -78,12 +78,18 @@ def neighbours(cand: Candidate, gpu_types: dict[str, str], seqs_levels: list[int
 
     def make(new_pools, tag, **kw):
         new_pools = tuple(p for p in new_pools if p.count > 0)
-        if not new_pools or sum(p.count for p in new_pools) > max_replicas:
+        n = sum(p.count for p in new_pools)
+        if not new_pools or n > max_replicas:
             return
         auto = cand.autoscale
-        if auto is not None and sum(p.count for p in new_pools) < auto.min_replicas:
-            auto = None
-        out.append(cand.with_(name=f"{cand.name}~{tag}", pools=new_pools, origin="local_search", autoscale=auto, **kw))
+        if auto is not None:  # the rule follows the fleet's new size
+            top = n if auto.max_replicas is None or auto.max_replicas >= cand.n_replicas else min(auto.max_replicas, n)
+            auto = replace(auto, min_replicas=min(auto.min_replicas, n), max_replicas=top)
+        try:
+            out.append(cand.with_(name=f"{cand.name}~{tag}", pools=new_pools, origin="local_search", autoscale=auto,
+                                  **kw))
+        except CandidateError:  # a move the simulator cannot run is simply not a neighbour
+            pass
 
     for i, p in enumerate(pools):  # one replica fewer
         make(pools[:i] + [Pool(p.gpu_type, p.count - 1, p.profile, p.gpu_count, p.max_num_seqs)] + pools[i + 1:],

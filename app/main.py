@@ -23,7 +23,7 @@ PAGES = [
     st.Page("views/tasks.py", title="Tasks", icon=":material/account_tree:", url_path="tasks"),
     st.Page("views/alerts.py", title="Alerts", icon=":material/notifications_active:", url_path="alerts"),
     st.Page("views/weekly_review.py", title="Weekly review", icon=":material/summarize:", url_path="weekly_review"),
-    # (room for more, e.g. a Planner page: add its st.Page here)
+    st.Page("views/planner.py", title="Planner", icon=":material/query_stats:", url_path="planner"),
 ]
 
 page = st.navigation(PAGES)

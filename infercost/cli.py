@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dashboard": ("dashboard", "Serve the Streamlit dashboard."),
     "alerts": ("alerts", "Run the alert evaluator (cascading degradation, SLO burn rates)."),
     "review": ("review", "Write the weekly cost review (HTML + Markdown)."),
+    "plan": ("plan", "Capacity and cost planner: replay the workload on candidate fleets, recommend one."),
     "up": ("up", "Run receiver, jobs, alerts and dashboard in one process."),
     "demo": ("demo", "The whole product on emulated GPUs and real public traces, in one command."),
 }

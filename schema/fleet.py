@@ -216,11 +216,15 @@ def _line_of(lines: dict[tuple, int], loc: tuple) -> int | None:
     return None
 
 
-def parse_fleet(text: str, source: str = "fleet.yaml") -> Fleet:
-    """Parse and validate fleet YAML text.
+def validate_yaml(text: str, source: str, model: type[BaseModel], error: type[Exception], *, what: str, keys: str,
+                  empty: str | None = None):
+    """Parse YAML ``text`` and validate it with the pydantic ``model``; returns the model instance.
+
+    ``what`` names the document in the error ("fleet config"), ``keys`` its top-level keys (for the
+    "must be a mapping" message), ``empty``: the message for an empty document (None = validate ``{}``).
 
     Raises:
-        FleetError: YAML syntax error, or every validation problem, one per line, as
+        ``error``: YAML syntax error, or every validation problem, one per line, as
             ``<source>:<line>: <path>: <message>``.
     """
     try:
@@ -229,23 +233,36 @@ def parse_fleet(text: str, source: str = "fleet.yaml") -> Fleet:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise FleetError(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+        raise error(f"{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from exc
     if data is None:
-        raise FleetError(f"{source}: the file is empty (gpu_types is required)")
+        if empty is not None:
+            raise error(f"{source}: {empty}")
+        data = {}
     if not isinstance(data, dict):
-        raise FleetError(f"{source}:1: the top level must be a mapping (gpu_types:, replicas:, ...)")
+        raise error(f"{source}:1: the top level must be a mapping ({keys})")
     lines = _lines(node) if node is not None else {}
     try:
-        return Fleet.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         problems = []
-        for error in exc.errors():
-            loc = tuple(error["loc"])
+        for err in exc.errors():
+            loc = tuple(err["loc"])
             line = _line_of(lines, loc)
             path = ".".join(str(p) for p in loc) or "(top level)"
-            message = error["msg"].removeprefix("Value error, ")
+            message = err["msg"].removeprefix("Value error, ")
             problems.append(f"{source}:{line if line else '?'}: {path}: {message}")
-        raise FleetError("invalid fleet config:\n  " + "\n  ".join(problems)) from exc
+        raise error(f"invalid {what}:\n  " + "\n  ".join(problems)) from exc
+
+
+def parse_fleet(text: str, source: str = "fleet.yaml") -> Fleet:
+    """Parse and validate fleet YAML text.
+
+    Raises:
+        FleetError: YAML syntax error, or every validation problem, one per line, as
+            ``<source>:<line>: <path>: <message>``.
+    """
+    return validate_yaml(text, source, Fleet, FleetError, what="fleet config", keys="gpu_types:, replicas:, ...",
+                         empty="the file is empty (gpu_types is required)")
 
 
 def load_fleet(path: str | Path) -> Fleet:

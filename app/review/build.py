@@ -336,8 +336,22 @@ def _budgets(store, week: IsoWeek) -> list[BudgetRow]:
     return out
 
 
+def _planner_run(store, start, end):
+    """The newest planner run covering the week (``schema.queries.planner``), or None."""
+    from schema.queries import planner
+
+    try:
+        run_id = planner.run_for_period(store, start, end)
+        return planner.run(store, run_id) if run_id else None
+    except StoreQueryError:  # the planner's tables do not exist in this store
+        return None
+
+
 def _levers(store, summaries: _Summaries, week: IsoWeek):
     start, end = week.start, week.end
+    planned = lv.planner_levers(_planner_run(store, start, end))
+    if planned:  # a planner run over this week: its levers are replayed, not rules of thumb
+        return planned
     by_replica = summaries(start, end, by="replica")
     occupancy = review.batch_occupancy(store, start, end)
     load = review.engine_load(store, start, end)

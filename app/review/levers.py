@@ -5,6 +5,10 @@ assumed percentages); where a measure is missing the lever says so and estimates
 Savings are USD per week at this week's prices and allocation, i.e. the cost of the work or
 capacity the move would free. Inputs are the DataFrames of ``schema.queries.review`` and
 ``schema.queries.cost``; this module does arithmetic only.
+
+When the capacity planner (``infercost plan``) has a run covering the week, the review shows its
+levers instead (:func:`planner_levers`): each move replayed on the week's workload as a candidate
+fleet, with its predicted saving and risk, rather than estimated from the measurements.
 """
 
 from __future__ import annotations
@@ -175,3 +179,49 @@ def delay_lever(engine_load_df, occupancy_df, waste_errors_df, routing_df) -> Le
         "Retry and failed-task waste of calls that ended in overload errors "
         f"({', '.join(OVERLOAD_ERRORS[:4])}, …){': ' + overload if overload else ''}; admission control "
         "and back-off would have delayed that work instead of paying for it.", tuple(details))
+
+
+# --- levers computed by the capacity planner (infercost plan) ------------------------------------
+
+RISK_WORDS = {"low": "low", "medium": "medium", "high": "high: misses an SLO"}
+
+
+def planner_levers(run_df) -> list[Lever]:
+    """The four moves as the planner evaluated them (``schema.queries.planner.run`` row), or [] when
+    there is no run: each lever is a candidate fleet that changes that one move, replayed on the
+    week's own workload with the same cost jobs; saving = (CPST current - CPST candidate) x the
+    current replay's successful tasks, scaled to 7 days; risk = the SLO margin it leaves and its p95
+    TTFT change (infercost/planner/report.py)."""
+    import json
+
+    rows = _rows(run_df)
+    if not rows:
+        return []
+    run = rows[0]
+    try:
+        levers = json.loads(run.get("levers") or "[]")
+    except ValueError:
+        return []
+    period_s = (run["period_end"] - run["period_start"]).total_seconds()
+    week = 7 * 86400 / period_s if period_s > 0 else 1.0
+    out = []
+    for lev in levers:
+        source = f"Planner run {run['run_id']}"
+        if lev.get("candidate") is None:
+            out.append(Lever(lev["move"], lev["title"], None, "%", "predicted CPST saving", None,
+                             f"{source}: no candidate changed this move ({lev.get('note') or 'not evaluated'})."))
+            continue
+        risk = lev.get("risk") or {}
+        usd = num(lev.get("saving_usd"))
+        change = num(risk.get("ttft_p95_change"))
+        margin = num(risk.get("slo_margin"))
+        risk_text = (f"{RISK_WORDS.get(risk.get('level'), risk.get('level'))}: worst SLO attainment "
+                     f"{fmt.wow(margin)} vs target, p95 TTFT {fmt.wow(change)}")
+        out.append(Lever(
+            lev["move"], lev["title"], num(lev.get("saving_ratio")), "%", "predicted CPST saving",
+            None if usd is None else usd * week,
+            f"{source}: the week's workload replayed in virtual time on {lev.get('label') or lev['candidate']} "
+            f"and costed by the same cost jobs; saving = (CPST current - CPST candidate) x successful tasks, "
+            f"per 7 days. Risk {risk_text}.",
+            (("candidate", f"{lev['candidate']}: {lev.get('label') or ''}"), ("risk", risk_text))))
+    return out

@@ -59,7 +59,12 @@ class JobRun:
 
 
 def _statements(name: str) -> list[str]:
-    text = (JOBS_DIR / f"{name}.sql").read_text()
+    return sql_statements(JOBS_DIR / f"{name}.sql")
+
+
+def sql_statements(path: Path) -> list[str]:
+    """The statements of the ``.sql`` file at ``path``: split at ``;`` ending a line, comment lines dropped."""
+    text = Path(path).read_text()
     out = []
     for part in re.split(r";[ \t]*(?:\n|$)", text):
         body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()

@@ -85,8 +85,8 @@ def simulate_sharded(plans_factory, fleet: list[ReplicaSpec], *, shards: int = 2
         for k, v in p.tasks.items():
             total.tasks[k] = total.tasks.get(k, 0) + v
         for name in ("calls", "attempts", "engine_requests", "engine_spans", "spans", "metric_points",
-                     "client_retries", "gateway_retries", "timeouts", "crashed_requests", "preemptions",
-                     "generation_tokens"):
+                     "client_retries", "gateway_retries", "timeouts", "rejections", "scale_events", "crashed_requests",
+                     "preemptions", "generation_tokens"):
             setattr(total, name, getattr(total, name) + getattr(p, name))
         total.per_replica.update(p.per_replica)
         total.sim_seconds = max(total.sim_seconds, p.sim_seconds)

@@ -40,6 +40,7 @@ from schema import semconv as sc
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.kvcache import segments_from_hash_ids
+from serving.emulator.sim_control import AutoscaleRule, FleetControl
 from serving.emulator.sim_replicas import CLIENT_GATEWAY_S, GATEWAY_REPLICA_S, ReplicaEvents
 from serving.emulator.otlp import (SPAN_KIND_CLIENT, SPAN_KIND_INTERNAL, SPAN_KIND_SERVER, STATUS_ERROR, STATUS_OK,
                                    STATUS_UNSET,
@@ -61,7 +62,8 @@ GATEWAY_RETRY_STATUS = (500, 502, 503, 504)
 @dataclass(frozen=True)
 class ReplicaSpec:
     """One replica: ``id`` (becomes ``service.instance.id``), engine ``profile`` name, GPU type and
-    count (default: the profile's), prefix caching, static batching (comparison only)."""
+    count (default: the profile's), prefix caching, static batching (comparison only), and vLLM's
+    ``--max-num-seqs`` (default: the profile's)."""
 
     id: str
     profile: str = "h100-llama-3.1-8b"
@@ -69,6 +71,7 @@ class ReplicaSpec:
     gpu_count: int | None = None
     prefix_caching: bool = True
     static: bool = False
+    max_num_seqs: int | None = None
 
 
 @dataclass
@@ -85,6 +88,8 @@ class SimSummary:
     client_retries: int = 0
     gateway_retries: int = 0
     timeouts: int = 0
+    rejections: int = 0  # attempts the gateway's admission control answered with 429
+    scale_events: int = 0  # autoscaling: replicas booted or drained
     crashed_requests: int = 0
     preemptions: int = 0
     generation_tokens: int = 0
@@ -100,7 +105,8 @@ class SimSummary:
 class _Rep:
     __slots__ = ("spec", "idx", "profile", "engine", "ver", "down", "unhealthy_until", "outstanding", "errors",
                  "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests", "metrics",
-                 "spans_lost", "metrics_lost", "draining")
+                 "spans_lost", "metrics_lost", "draining",
+                 "state", "ready_at")
 
 
 class _Task:
@@ -110,15 +116,16 @@ class _Task:
 
 class _Attempt:
     __slots__ = ("task", "step", "ci", "call", "n", "t0", "client_id", "gw_id", "gw_start", "gw_no", "gw_retries",
-                 "gw_att_id", "gw_att_start", "rep", "req", "done", "tried")
+                 "gw_att_id", "gw_att_start", "rep", "req", "done", "tried", "admitted")
 
 
-class FleetSimulator(ReplicaEvents):
+class FleetSimulator(ReplicaEvents, FleetControl):
     """The event loop behind ``simulate`` (see its docstring)."""
 
     def __init__(self, fleet, *, start_time_ns: int, policy: str, retry_policy: RetryPolicy, faults, sink, seed: int,
                  metrics_interval_s: float, gateway_retries: int, spans: str, span_batch: int, full_metrics: bool,
-                 noise_sigma: float, step_batching: bool = True):
+                 noise_sigma: float, step_batching: bool = True, admission_caps: dict[str, int] | None = None,
+                 autoscale: AutoscaleRule | None = None):
         if policy not in POLICIES:
             raise ValueError(f"unknown routing policy {policy!r}; known: {', '.join(POLICIES)}")
         if spans not in ("all", "engine", "none"):
@@ -155,7 +162,12 @@ class FleetSimulator(ReplicaEvents):
         self.reps: list[_Rep] = []
         self.sdk_res = sdk_resource()
         for i, spec in enumerate(fleet):
-            prof = get_profile(spec.profile, **({"noise_sigma": noise_sigma} if noise_sigma else {}))
+            overrides = {"noise_sigma": noise_sigma} if noise_sigma else {}
+            if spec.max_num_seqs is not None:
+                if spec.max_num_seqs < 1:
+                    raise ValueError(f"replica {spec.id}: max_num_seqs must be >= 1, got {spec.max_num_seqs}")
+                overrides["max_num_seqs"] = int(spec.max_num_seqs)
+            prof = get_profile(spec.profile, **overrides)
             r = _Rep()
             r.spec, r.idx, r.profile = spec, i, prof
             cls = StaticEngine if spec.static else Engine
@@ -189,6 +201,7 @@ class FleetSimulator(ReplicaEvents):
         self.arrivals_left = False
         self.all_healthy_until = -1.0  # no replica is ejected after this time
         self.progress = None
+        self.init_control(admission_caps, autoscale)
 
     # ------------------------------------------------------------------ helpers
     def new_incarnation(self, rep) -> None:
@@ -243,6 +256,7 @@ class FleetSimulator(ReplicaEvents):
         self.batcher.flush()
         s = self.summary
         s.sim_seconds = t
+        s.scale_events = self.scale_events
         for r in self.reps:
             st = r.engine.stats
             s.preemptions += r.preempt_base + st.num_preemptions
@@ -344,10 +358,12 @@ class FleetSimulator(ReplicaEvents):
         if n > 1:
             self.summary.client_retries += 1
         self.push(t + self.rp.timeout_s, self.on_timeout, a)
-        self.gateway_try(a.gw_start, a)
+        if self.admit(a.gw_start, a):
+            self.gateway_try(a.gw_start, a)
 
     def route(self, t, a) -> _Rep:
-        reps = self.pool or self.reps
+        # every replica, unless autoscaling parked it or a planned scale-down (drain) took it out
+        reps = [r for r in self.routable if not r.draining] or self.routable or self.reps
         if not a.tried and self.all_healthy_until <= t:
             cands = reps  # the common case: nothing tried yet, nobody ejected
         else:
@@ -500,6 +516,7 @@ class FleetSimulator(ReplicaEvents):
     def end_attempt(self, t, a, *, error_type, status, tokens, gw_error, finish, ttft):
         """Close an attempt's client span, gateway request span and (if still open) gateway attempt span."""
         a.done = True
+        self.release(a)
         task = a.task
         task.inflight.discard(a)
         if self.span_mode != "all":
@@ -515,11 +532,12 @@ class FleetSimulator(ReplicaEvents):
                                             step_context(a.step, a.ci + 1, a.n)),
                       STATUS_OK if ok else STATUS_ERROR, gw_error or "", task.ctx)
         gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
-        self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
-                  a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
-                  gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status, tokens,
-                                gw_ttft, gw_error, step_context(a.step, a.ci + 1, a.n)),
-                  STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
+        if a.gw_id is not None:  # None: admission control already wrote the (rejected) request span
+            self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
+                      a.gw_start, t - CLIENT_GATEWAY_S if ok else t,
+                      gateway_attrs(plan, self.policy, a.gw_retries, a.rep.spec.id if a.rep else None, status,
+                                    tokens, gw_ttft, gw_error, step_context(a.step, a.ci + 1, a.n)),
+                      STATUS_UNSET if ok else STATUS_ERROR, gw_error or "", task.ctx)
         out_tokens = tokens if ok else None
         self.span(self.client_res, task.trace_id, a.client_id, task.root_id, f"chat {plan.model}", SPAN_KIND_CLIENT,
                   a.t0, t,
@@ -570,7 +588,7 @@ class FleetSimulator(ReplicaEvents):
         self.end_attempt(t, a, error_type=reason, status=200 if a.req else None, tokens=tokens,
                          gw_error="client_disconnect", finish=None, ttft=None)
 
-    def after_failure(self, t, a, error_type, status):
+    def after_failure(self, t, a, error_type, status, retry_after_s: float = 0.0):
         task = a.task
         if task.done:
             return
@@ -578,7 +596,9 @@ class FleetSimulator(ReplicaEvents):
         retryable = status is None or status in self.rp.retry_on_status
         if retryable and a.n < self.rp.max_attempts:
             cap = min(self.rp.backoff_max_s, self.rp.backoff_base_s * 2 ** (a.n - 1))
-            self.push(t + self.rng.uniform(0, cap), self.start_attempt, (task, a.ci, a.n + 1))  # full jitter
+            # full jitter, at least the server's Retry-After (serving.sdk.retry.backoff_s)
+            delay = max(self.rng.uniform(0, cap), retry_after_s)
+            self.push(t + delay, self.start_attempt, (task, a.ci, a.n + 1))
             return
         self.call_done(t, a, False)
 
@@ -602,7 +622,8 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
              policy: str = "round_robin", retry_policy: RetryPolicy | None = None, faults=(), sink=None,
              progress: bool = False, seed: int = 0, metrics_interval_s: float = 10.0, gateway_retries: int = 1,
              spans: str = "all", span_batch: int = 5000, full_metrics: bool = False, noise_sigma: float = 0.0,
-             until_s: float | None = None, total: int | None = None, step_batching: bool = True) -> SimSummary:
+             until_s: float | None = None, total: int | None = None, step_batching: bool = True,
+             admission_caps: dict[str, int] | None = None, autoscale: AutoscaleRule | None = None) -> SimSummary:
     """Simulate ``plans`` (``serving.plans.TaskPlan``, ``arrival_s`` seconds from the start) on ``fleet``.
 
     ``plans``: a list (sorted here) or any iterable already sorted by ``arrival_s`` (read lazily, so
@@ -620,6 +641,9 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
     - ``until_s``: stop there even if work remains.
     - ``step_batching``: jump runs of identical decode steps at once (False = one event per engine
       step; same results up to float rounding, much slower: the benchmark's baseline).
+    - ``admission_caps``: gateway admission control, ``tenant.priority`` -> max requests inside the
+      gateway (``"*"``: any other priority); None = off. ``autoscale``: an ``AutoscaleRule``
+      (sim_control.py); None = every replica up for the whole run.
     Returns a ``SimSummary``. Raises ValueError for an unknown policy/profile/replica or bad fault.
     """
     if start_time_ns is None:
@@ -627,6 +651,7 @@ def simulate(plans: Iterable[TaskPlan], fleet: list[ReplicaSpec], *, start_time_
     sim = FleetSimulator(fleet, start_time_ns=start_time_ns, policy=policy, retry_policy=retry_policy or RetryPolicy(),
                          faults=list(faults), sink=sink, seed=seed, metrics_interval_s=metrics_interval_s,
                          gateway_retries=gateway_retries, spans=spans, span_batch=span_batch,
-                         full_metrics=full_metrics, noise_sigma=noise_sigma, step_batching=step_batching)
+                         full_metrics=full_metrics, noise_sigma=noise_sigma, step_batching=step_batching,
+                         admission_caps=admission_caps, autoscale=autoscale)
     return sim.run(plans, progress, until_s, total)
 

@@ -110,8 +110,8 @@ class ReplicaEvents:
                 rep.down = True  # drained and idle: shut down (and no longer a scrape target)
                 rep.engine.crash()
                 rep.ver += 1
-            if rep.down or rep.metrics_lost:
-                continue  # a dead replica is not scraped; a lost one's points never arrive
+            if not self.scraped(rep) or rep.metrics_lost:
+                continue  # a dead (or, autoscaled, parked) replica is not scraped; a lost one's points never arrive
             self.interrupt(rep, t)
             self.reschedule(rep)
             if self.sink is not None:

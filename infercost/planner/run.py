@@ -1,0 +1,215 @@
+"""``infercost plan``: extract the period's workload, backtest, search candidates, recommend, store.
+
+Position: infercost/planner (the one place that drives the store, the serving simulator and the
+cost jobs together). Steps, each reported through ``echo``:
+
+1. extract the workload of ``[start, end)`` and the current fleet (``extract.py``,
+   ``candidates.current_candidate``);
+2. **backtest**: replay the current fleet; compare with the measured CPST and p95 TTFT. On
+   failure: stop, say where the replay departs (the hours with the largest divergence) and
+   recommend nothing;
+3. evaluate the operator's candidates, the one-move levers and Mélange's GPU mix, then local
+   search (``search.py``) within the budget;
+4. frontier, recommendation, levers (``report.py``); store everything (``results.py``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from infercost.planner import report
+from infercost.planner.candidates import Candidate, current_candidate
+from infercost.planner.config import PlanConfig, fleet_base
+from infercost.planner.extract import extract_workload
+from infercost.planner.pool import Evaluator
+from infercost.planner.search import SearchState, lever_candidates, run_rounds
+from infercost.planner.workload import naive_utc
+from serving.emulator.profiles import PROFILES
+
+
+@dataclass
+class PlanResult:
+    """A planner run: what ``render`` prints and ``results.save`` stores."""
+
+    run_id: str
+    start: datetime
+    end: datetime
+    workload: dict
+    current: str
+    backtest: dict
+    results: list = field(default_factory=list)
+    frontier: set = field(default_factory=set)
+    recommended: str = ""
+    saving_ratio: float | None = None
+    saving_usd: float | None = None
+    status: str = ""
+    message: str = ""
+    levers: list = field(default_factory=list)
+    assumptions: dict = field(default_factory=dict)
+    diagnosis: list = field(default_factory=list)
+    stopped: str = ""
+    wall_seconds: float = 0.0
+    melange: dict = field(default_factory=dict)
+
+
+def measured_figures(store, start: datetime, end: datetime) -> dict:
+    """The measured CPST, p95 TTFT and prefix-cache hit rate of the period (the backtest's target)."""
+    from infercost.planner.extract import prefix_hit_rate
+    from schema.queries import cost, review
+    from schema.queries import planner as pq
+
+    row = cost.period_summary(store, start, end).iloc[0]
+    lat = pq.task_latency(store, start, end)
+    overall = lat[lat["task_type"] == ""]
+    ttft = float(overall["ttft_p95_s"].iloc[0]) if len(overall) else None
+    hourly = [(h.isoformat(), int(n), int(bad), float(p) if p == p else None)
+              for h, n, bad, p in pq.hourly_latency(store, start, end).itertuples(index=False)]
+    cpst = row["cpst_usd"]
+    return {"cpst_usd": None if cpst != cpst or cpst is None else float(cpst),
+            "ttft_p95_s": None if ttft != ttft else ttft, "hourly": hourly,
+            "prefix_hit_rate": prefix_hit_rate(review.prefix_cache(store, start, end))}
+
+
+def diagnose(measured_hourly, replay_hourly, top: int = 3) -> list[str]:
+    """The hours where the replay departs most from the measured period (task-weighted p95 TTFT gap)."""
+    rep = {h: (n, bad, p) for h, n, bad, p in replay_hourly}
+    gaps = []
+    for h, n, bad, p in measured_hourly:
+        rn, rbad, rp = rep.get(h, (0, 0, None))
+        if p is None or rp is None:
+            continue
+        gaps.append((abs(p - rp) * n, h, n, bad, p, rn, rbad, rp))
+    gaps.sort(reverse=True)
+    return [f"{h[:13]}h: measured {n} tasks ({bad} unsuccessful), p95 TTFT {p:.2f} s; replay {rn} ({rbad}), "
+            f"{rp:.2f} s" for _, h, n, bad, p, rn, rbad, rp in gaps[:top] if _ > 0]
+
+
+def assumptions(workload, current: Candidate, evidence: dict, config: PlanConfig, slos: dict) -> dict:
+    """Every setting the replay used that is not the workload itself, with its source."""
+    out = {}
+    for p in {p.profile for p in current.pools} | {g.profile for g in config.gpu_types.values()}:
+        prof = PROFILES[p]
+        out[f"profile {p}"] = (f"{prof.gpu_count}x {prof.gpu_type}, {prof.model}: step = {prof.base_s * 1e3:.1f} ms + "
+                               f"{prof.prefill_per_token_s * 1e3:.4f} ms/prefill token + "
+                               f"{prof.decode_per_seq_s * 1e3:.4f} ms/decode seq + KV reads; KV "
+                               f"{prof.kv_capacity_tokens:,} tokens (serving/emulator/profiles.py: vLLM V1 blog, "
+                               f"vLLM CI, datasheets)")
+    out.update({f"current {k}": v for k, v in evidence.items()})
+    out.update({f"client/gateway {k}": v for k, v in workload.evidence.items()})
+    out["SLOs"] = ", ".join(f"{t}: TTFT {a or '-'} ms, e2e {b or '-'} ms" for t, (a, b) in sorted(slos.items()))
+    out["SLO target"] = f"{config.slo_target:.0%} of each type's tasks succeed within every budget"
+    out["faults"] = "none replayed: candidates are compared fault-free"
+    out["prices"] = "the store's gpu_prices (as the measured period was priced) + the candidates file's"
+    return out
+
+
+def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None, *, slos: dict | None = None,
+         workers: int = 2, progress: bool = True, seed: int = 0, echo=print, search: bool | None = None,
+         scratch_dir=None, inprocess_url: str = "chdb://memory") -> PlanResult:
+    """Run the planner over ``[start, end)`` (see module docstring). Returns a PlanResult.
+
+    Raises WorkloadError (nothing to replay), CandidateError / PlanConfigError (bad candidates or
+    profiles), RuntimeError (a worker died)."""
+    config = config or PlanConfig()
+    began = time.monotonic()
+    start, end = naive_utc(start), naive_utc(end)
+    echo(f"planner: extracting the workload of {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC")
+    workload = extract_workload(store, start, end, slos=slos)
+    from schema.queries import planner as pq
+
+    cur = config.current
+    current, evidence = current_candidate(
+        pq.replicas(store, start, end), config.profiles(), policy=cur.policy or workload.gateway_policy,
+        gateway_retries=workload.gateway_retries if cur.gateway_retries is None else cur.gateway_retries,
+        max_num_seqs=cur.max_num_seqs, admission=cur.admission)
+    model = next(iter({p.model for p in workload.plans}), "")
+    user = config.user_candidates(model)
+    base = fleet_base(store, config, workload.slos)
+    measured = measured_figures(store, start, end)
+    run = PlanResult(run_id=uuid.uuid4().hex[:12], start=start, end=end, workload=workload.summary(),
+                     current=current.name, backtest={},
+                     assumptions=assumptions(workload, current, evidence, config, workload.slos))
+    echo(f"planner: {len(workload.plans)} tasks, {workload.calls} calls; current fleet {current.label()}")
+    state = SearchState(started=began)
+    state.candidates[current.name] = current
+    s = config.search
+    gpu_types = _gpu_types(current, config)
+    levers = lever_candidates(current, s.max_num_seqs)
+    first = list(user) + [c for group in levers.values() for c in group]
+    do_search = s.enabled if search is None else search
+    expected = s.max_candidates if do_search else min(s.max_candidates, 1 + len(first))
+    with Evaluator(workload, base, workers=workers, slo_target=config.slo_target, seed=seed, progress=progress,
+                   scratch_dir=scratch_dir, inprocess_url=inprocess_url) as evaluator:
+        evaluator.expect(expected)  # the bar's ETA covers the whole run (the search's bound)
+        replay = evaluator.evaluate_many([current])[0]
+        state.results.append(replay)
+        state.keys.add(current.key())
+        run.backtest = report.backtest(measured, replay, config.tolerance)
+        if not run.backtest["passed"]:
+            run.diagnosis = diagnose(measured["hourly"], replay.hourly)
+            run.results = [replay]
+            run.status = "backtest_failed"
+            run.message = ("none: the backtest failed, so the replay cannot be trusted to predict "
+                           f"({'; '.join(run.backtest['problems'])})")
+            run.wall_seconds = time.monotonic() - began
+            return run
+        echo(f"planner: backtest passed (CPST {run.backtest['cpst_error']:.1%}, p95 TTFT "
+             f"{run.backtest['ttft_error']:.1%}); searching")
+        if do_search:
+            from infercost.planner.melange import propose
+
+            ttft_budget = min((a for a, _ in workload.slos.values() if a), default=2000.0) / 1000.0
+            prices = _replica_prices(base, gpu_types)
+            echo(f"planner: profiling {len(prices)} GPU type(s) x {len(s.max_num_seqs)} batch size(s) per "
+                 f"request-size bucket for the GPU mix (Mélange), TTFT budget {ttft_budget:g} s")
+            mel, run.melange = propose(workload, {t: (p, prices[t]) for t, p in gpu_types.items() if t in prices},
+                                       s.max_num_seqs, ttft_budget, s.max_replicas, current)
+            first += mel
+        run_rounds(evaluator, state, first, gpu_types=gpu_types, seqs_levels=s.max_num_seqs, policies=s.policies,
+                   max_replicas=s.max_replicas, budget_s=s.budget_s,
+                   max_candidates=s.max_candidates, search=do_search)
+    run.stopped = state.stopped
+    run.results = state.results
+    _conclude(run, replay, levers, config)
+    run.wall_seconds = time.monotonic() - began
+    return run
+
+
+def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None:
+    run.frontier = report.frontier(run.results)
+    best = report.recommend(run.results, replay)
+    lever_names = {m: [c.name for c in cs] for m, cs in levers.items()}
+    run.levers = report.levers(run.results, replay, lever_names, best, config.slo_target)
+    if best is None:
+        run.status, run.message = "no_feasible", "none: no candidate met every SLO (the current fleet neither)"
+        return
+    s = report.saving(replay, best)
+    run.recommended, run.saving_ratio, run.saving_usd = best.name, s.ratio, s.usd
+    if best.name == replay.name or (s.ratio is not None and s.ratio <= 0):
+        run.status = "no_saving"
+        run.message = f"keep the current fleet ({replay.spec['label']}): no candidate meeting every SLO is cheaper"
+        return
+    run.status = "recommended"
+    run.message = (f"{best.name} ({best.spec['label']}): CPST ${best.cpst_usd:.4f} vs ${replay.cpst_usd:.4f}, "
+                   f"saving {s.ratio:.1%} (${s.usd:,.2f} over the period), meets every SLO")
+
+
+def _gpu_types(current: Candidate, config: PlanConfig) -> dict[str, str]:
+    """GPU type -> profile the search may use: the current fleet's types and the file's."""
+    out = {p.gpu_type: p.profile for p in current.pools}
+    out.update(config.profiles())
+    return out
+
+
+def _replica_prices(base: dict, gpu_types: dict[str, str]) -> dict[str, float]:
+    """USD per replica-hour of each GPU type at its newest price (x GPUs per replica of its profile)."""
+    out = {}
+    for t, prof in gpu_types.items():
+        prices = base["gpu_types"].get(t, {}).get("prices", [])
+        if prices:
+            newest = max(prices, key=lambda p: str(p.get("valid_from", "")))
+            out[t] = float(newest["usd_per_gpu_hour"]) * PROFILES[prof].gpu_count
+    return out

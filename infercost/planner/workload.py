@@ -1,0 +1,239 @@
+"""The measured workload of a period, extracted from the store as task plans the simulator replays.
+
+Position: infercost/planner (wiring: reads the store through ``schema.queries.planner``, produces
+``serving.plans.TaskPlan``). What is extracted, and from where (docs/telemetry.md):
+
+* **tasks**: every task that started in ``[start, end)`` (cost job's ``tasks``): arrival, type,
+  tenant, priority, model, SLO. Arrivals are replayed exactly, so the diurnal shape, bursts and the
+  task-type mix are the period's own; ``hourly`` keeps the shape for :func:`resample`.
+* **steps and calls**: from the client attempt spans, a step's calls are its first attempts (a
+  fan-out of k calls has k); each accepted call keeps its measured prompt and output lengths. A call
+  that never succeeded takes the lengths of the largest unit of GPU work its task ran that no
+  accepted call explains (else the task type's median). Tasks whose client sent no spans
+  (gateway-only deployments) become one sequential step per accepted unit of work.
+* **prefix sharing**: the engine spans carry no per-call cache hits (vLLM 0.32), so the planner
+  measures the fleet's prefix-cache hit rate from ``vllm:prefix_cache_hits / queries`` and, when
+  there was sharing (> 0.5 %), replays it the way agent frameworks produce it: the calls of one
+  multi-call task share the task's context as a prefix (512-token blocks, as
+  ``serving.workloads.builder``). The backtest reports measured vs replayed hit rate.
+
+Client and gateway behaviour are inferred in ``behaviour.py``.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
+
+BLOCK_TOKENS = 512  # prefix block size of the replayed sharing (Mooncake's block, builder.py)
+TASK_BLOCK_BASE = 1 << 41  # synthetic per-task block ids, apart from the workload builder's (1 << 40)
+SHARING_MIN_HIT_RATE = 0.005  # below this measured hit rate the period had no prefix sharing to replay
+HOUR = 3600.0
+
+
+class WorkloadError(ValueError):
+    """The period has no workload the planner can replay (no tasks, or the cost jobs never ran on it)."""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A period's workload. ``start``/``end``: naive UTC. ``plans``: TaskPlans in arrival order,
+    ``arrival_s`` seconds from ``start``. ``client``: the inferred RetryPolicy; ``gateway``: policy
+    and hidden retry budget; ``evidence``: for every inferred setting, how it was obtained.
+    ``hourly``: tasks started per hour of the period. ``prefix_hit_rate``: measured (None = no
+    counters); ``prefix_sharing``: whether the replay shares task context as a prefix."""
+
+    start: datetime
+    end: datetime
+    plans: tuple[TaskPlan, ...]
+    client: RetryPolicy
+    gateway_policy: str
+    gateway_retries: int
+    admission_rejections: int = 0
+    prefix_hit_rate: float | None = None
+    prefix_sharing: bool = False
+    hourly: tuple[int, ...] = ()
+    evidence: dict = field(default_factory=dict)
+    slos: dict = field(default_factory=dict)  # task type -> (ttft_ms, e2e_ms) the replay carries
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    @property
+    def calls(self) -> int:
+        return sum(p.n_calls for p in self.plans)
+
+    def summary(self) -> dict:
+        """JSON-able facts: tasks, calls, mix, tokens, hourly shape, client behaviour and its evidence."""
+        mix = Counter(p.task_type for p in self.plans)
+        calls = [c for p in self.plans for s in p.steps for c in s.calls]
+        return {
+            "start": self.start.isoformat(), "end": self.end.isoformat(), "tasks": len(self.plans),
+            "calls": len(calls), "task_types": dict(sorted(mix.items())),
+            "prompt_tokens_mean": statistics.fmean(c.prompt_tokens for c in calls) if calls else None,
+            "output_tokens_mean": statistics.fmean(c.output_tokens for c in calls) if calls else None,
+            "hourly_tasks": list(self.hourly),
+            "client": {"max_attempts": self.client.max_attempts, "timeout_s": self.client.timeout_s,
+                       "backoff_base_s": self.client.backoff_base_s, "backoff_max_s": self.client.backoff_max_s,
+                       "give_up_after_failed_steps": self.client.give_up_after_failed_steps,
+                       "abandon_after_s": self.client.abandon_after_s},
+            "gateway": {"policy": self.gateway_policy, "retries": self.gateway_retries,
+                        "admission_rejections": self.admission_rejections},
+            "prefix_hit_rate": self.prefix_hit_rate, "prefix_sharing": self.prefix_sharing,
+            "slos": {k: list(v) for k, v in sorted(self.slos.items())},
+            "evidence": self.evidence,
+        }
+
+
+def naive_utc(t: datetime) -> datetime:
+    if t.tzinfo is not None:
+        t = t.astimezone(timezone.utc).replace(tzinfo=None)
+    return t
+
+
+def _seconds(ts, start: datetime) -> float:
+    """A timestamp from the store (naive or aware UTC) as float seconds after ``start`` (naive UTC)."""
+    ts = pd.Timestamp(ts)
+    if ts.tzinfo is not None:
+        ts = ts.tz_convert(None)
+    return (ts - pd.Timestamp(start)).total_seconds()
+
+
+def num(x) -> float | None:
+    """A float, or None for None / NaN / non-numbers (the store's NULLs)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if x != x else x
+
+
+def build_steps(task_type: str, steps_rows: list, units: list, median_output: dict) -> tuple[StepPlan, ...]:
+    """The StepPlans of one task from its client-span step rows and its units of GPU work.
+
+    ``steps_rows``: dicts (step, calls, ok) in start order; ``units``: (start, prompt, output, ok)
+    in start order. Accepted calls keep their measured lengths; calls that never succeeded take the
+    largest unexplained unit (else (median prompt, median output) of the type)."""
+    if not steps_rows:  # no client spans: one step per accepted unit (order known, fan-out not)
+        ok_units = [u for u in units if u[3]] or list(units[-1:])
+        return tuple(StepPlan(f"call_{i + 1}", (CallPlan(max(1, int(u[1])), max(1, int(u[2]))),))
+                     for i, u in enumerate(ok_units))
+    explained = Counter()
+    for row in steps_rows:
+        for pair in row["ok"]:
+            explained[(int(pair[0]), int(pair[1]))] += 1
+    spare = []  # units no accepted call explains: evidence of the failed calls' sizes
+    for u in sorted(units, key=lambda u: (-int(u[1] or 0), -int(u[2] or 0))):
+        key = (int(u[1] or 0), int(u[2] or 0))
+        if u[3] and explained[key] > 0:
+            explained[key] -= 1
+        else:
+            spare.append(key)
+    default_out = median_output.get(task_type, (512, 128))
+    out = []
+    for row in steps_rows:
+        calls = [CallPlan(max(1, int(p)), max(1, int(o))) for p, o in sorted(row["ok"])]
+        for _ in range(max(int(row["calls"]), 1) - len(calls)):
+            p, o = spare.pop(0) if spare else default_out
+            calls.append(CallPlan(max(1, int(p)), max(1, int(o) if o else default_out[1])))
+        out.append(StepPlan(str(row["step"]) or "step", tuple(calls)))
+    return tuple(out)
+
+
+def share_prefixes(plans: list[TaskPlan]) -> list[TaskPlan]:
+    """Give the calls of each multi-call task the task's context as a shared prefix (module doc)."""
+    out = []
+    for k, p in enumerate(plans):
+        if p.n_calls < 2:
+            out.append(p)
+            continue
+        base = TASK_BLOCK_BASE + k * 4096
+        steps = tuple(StepPlan(s.name, tuple(replace(c, prefix_blocks=tuple(range(base, base + c.prompt_tokens
+                                                                              // BLOCK_TOKENS)))
+                                              for c in s.calls)) for s in p.steps)
+        out.append(replace(p, steps=steps))
+    return out
+
+
+def plans_from_frames(tasks, steps, units, start: datetime, slos: dict) -> list[TaskPlan]:
+    """TaskPlans from the three workload frames (``schema.queries.planner.workload_*``).
+
+    ``slos``: task type -> (ttft_ms, e2e_ms) to carry (the effective SLOs); a type missing there
+    keeps the SLO its tasks carried."""
+    by_task_steps = defaultdict(list)
+    for row in steps.itertuples(index=False):
+        by_task_steps[row.task_id].append({"step": row.step, "calls": row.calls, "ok": list(row.ok)})
+    by_task_units = {row.task_id: list(row.units) for row in units.itertuples(index=False)}
+    outputs = defaultdict(list)
+    for row in tasks.itertuples(index=False):
+        for srow in by_task_steps.get(row.task_id, ()):
+            outputs[row.task_type].extend(srow["ok"])
+    median_output = {t: (int(statistics.median(p for p, _ in v)), int(statistics.median(o for _, o in v)))
+                     for t, v in outputs.items() if v}
+    plans = []
+    for row in tasks.itertuples(index=False):
+        steps_rows = by_task_steps.get(row.task_id, [])
+        task_units = by_task_units.get(row.task_id, [])
+        if not steps_rows and not task_units:
+            continue  # a task with no call at all (e.g. rejected before any attempt reached a model)
+        built = build_steps(row.task_type, steps_rows, task_units, median_output)
+        ttft, e2e = slos.get(row.task_type, (num(row.slo_ttft_ms), num(row.slo_e2e_ms)))
+        plans.append(TaskPlan(task_id=row.task_id, task_type=row.task_type, tenant=row.tenant_id or "",
+                              arrival_s=max(0.0, _seconds(row.start_time, start)), steps=built,
+                              priority=row.tenant_priority or "interactive", model=row.model or "",
+                              slo_ttft_ms=ttft, slo_e2e_ms=e2e))
+    plans.sort(key=lambda p: (p.arrival_s, p.task_id))
+    return plans
+
+
+def hourly_counts(plans, seconds: float) -> tuple[int, ...]:
+    hours = max(1, int(-(-seconds // HOUR)))
+    counts = [0] * hours
+    for p in plans:
+        counts[min(hours - 1, int(p.arrival_s // HOUR))] += 1
+    return tuple(counts)
+
+
+def resample(workload: Workload, seed: int) -> list[TaskPlan]:
+    """Another week like this one: per hour, a Poisson number of tasks (mean: the hour's measured
+    count) drawn with replacement from the tasks of the same hour of day, at uniform times within
+    the hour. Keeps the diurnal shape, the mix and each task's structure; changes arrivals and
+    which tasks recur. For forward tests (a run with a different seed)."""
+    rng = random.Random(seed)
+    by_hour_of_day = defaultdict(list)
+    for p in workload.plans:
+        by_hour_of_day[int(p.arrival_s // HOUR) % 24].append(p)
+    out = []
+    for h, mean in enumerate(workload.hourly):
+        pool = by_hour_of_day.get(h % 24)
+        if not pool or mean <= 0:
+            continue
+        n = _poisson(rng, mean)
+        for i in range(n):
+            src = rng.choice(pool)
+            out.append(replace(src, task_id=f"{src.task_id}~{seed}-{h}-{i}", arrival_s=h * HOUR + rng.random() * HOUR))
+    out.sort(key=lambda p: (p.arrival_s, p.task_id))
+    return share_prefixes([_unshared(p) for p in out]) if workload.prefix_sharing else out
+
+
+def _unshared(p: TaskPlan) -> TaskPlan:
+    return replace(p, steps=tuple(StepPlan(s.name, tuple(replace(c, prefix_blocks=()) for c in s.calls))
+                                  for s in p.steps))
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    if mean > 50:  # normal approximation, ample at these sizes
+        return max(0, int(round(rng.gauss(mean, mean ** 0.5))))
+    limit, k, prod = pow(2.718281828459045, -mean), 0, rng.random()
+    while prod > limit:
+        k += 1
+        prod *= rng.random()
+    return k

@@ -4,7 +4,8 @@
 --   ''               no error
 --   'client_error'   the request was invalid: HTTP 4xx other than 408 / 429 (400 prompt too long,
 --                    404 unknown model), the gateway's invalid_request
---   'client_cancel'  the client aborted, disconnected or cancelled (abandonment included); also an
+--   'client_cancel'  the client aborted, disconnected or cancelled (abandonment included, and the
+--                    SDK's `shutdown`: its process stopped mid-task); also an
 --                    engine span finished 'abort' (older vLLM, the emulator)
 --   'upstream_error' 5xx, connection refused / reset, the engine died mid-stream (stream_broken,
 --                    stream_error), malformed upstream data, no_replica, engine finish 'error', and
@@ -22,7 +23,7 @@
 ALTER TABLE llm_calls ADD COLUMN IF NOT EXISTS error_class LowCardinality(String) DEFAULT multiIf(
     error_type = '' AND status != 'error' AND finish_reason NOT IN ('abort', 'error'), '',
     lower(error_type) IN ('client_cancel', 'client_disconnect', 'client_disconnected', 'client_abort', 'cancelled',
-                          'canceled', 'cancellederror', 'abandoned', 'abort', 'aborted'), 'client_cancel',
+                          'canceled', 'cancellederror', 'abandoned', 'abort', 'aborted', 'shutdown'), 'client_cancel',
     lower(error_type) IN ('client_error', 'invalid_request', 'invalid_request_error', 'badrequesterror',
                           'notfounderror', 'unprocessableentityerror', 'conflicterror', 'authenticationerror',
                           'permissiondeniederror', 'context_length_exceeded'), 'client_error',

@@ -62,7 +62,9 @@ def retry_rates(fs: FleetSeries, min_first: int) -> list[float | None]:
 
 
 def _median_over(values, buckets) -> float:
-    found = [values[b] or 0.0 for b in buckets]
+    """Median over the buckets that have data: a minute before the replica (or the store) had any
+    telemetry is no evidence of zero load."""
+    found = [values[b] for b in buckets if values[b] is not None]
     return median(found) if found else 0.0
 
 

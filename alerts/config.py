@@ -40,6 +40,13 @@ class DegradationConfig:
     Errors: failed attempts (error_class upstream_error or timeout of gateway attempts on it, engine
     finish 'error') / attempts >= ``error_rate_min`` (5%) and >= ``error_ratio`` (3x) the others'
     median (floored at ``error_floor``, 1%), with at least ``min_errors``; clears below ``error_clear``.
+    Unanswered work, when its speed cannot be judged (too few engine spans: vLLM 0.32 exports no
+    ``llm_request`` span for a request the client aborted, so a replica slowed until clients time out
+    leaves almost none): clients gave up on (client_cancel) or the gateway timed out >= ``abandon_rate_min``
+    (50%) of the attempts on it in every busy bucket, the other replicas' median answered share is >=
+    ``answered_ratio`` (3x) its own (floored at ``error_floor``), and its attempts are at most
+    ``abandon_load_ratio`` (1.3x) the others' median (a replica given more work than the rest is
+    overloaded, not degraded); at least ``min_attempts`` attempts.
     A firing alert whose replica stops reporting stays firing in a no-data state (issue 15), and
     resolves after ``no_data_resolve_s`` without data (30 min: a replica retired while degraded).
     """
@@ -54,6 +61,9 @@ class DegradationConfig:
     error_clear: float = 0.02
     min_errors: int = 3
     min_attempts: int = 10
+    abandon_rate_min: float = 0.5
+    answered_ratio: float = 3.0
+    abandon_load_ratio: float = 1.3
     for_s: int = 60
     no_data_resolve_s: int = 1800
 

@@ -1,5 +1,6 @@
 """Per-replica rules over :class:`alerts.series.FleetSeries`: 1 replica degradation (speed on its own
-work against its peers or its own baseline, gateway-visible failures), 8 replica down, 9 telemetry
+work against its peers or its own baseline, gateway-visible failures, work clients gave up on when
+its speed cannot be judged), 8 replica down, 9 telemetry
 health per replica and source. Pure functions of the series (unit-testable with hand-made rows).
 
 Position: alerts/ (reads the store only through alerts.series -> schema.queries.alerts). Units:
@@ -37,6 +38,38 @@ def failure_rate(rep: ReplicaSeries, window: range) -> tuple[float, int, int]:
     return (failed / attempts if attempts > 0 else 0.0), failed, max(attempts, 0)
 
 
+def unanswered(rep: ReplicaSeries, window: range) -> tuple[float, float, int]:
+    """(abandoned / attempts, answered / attempts, attempts) over ``window``, from the gateway's attempts
+    on the replica: abandoned = the client gave up (client_cancel) or the gateway timed out (timeout);
+    answered = no error class. Refused connections are left out (the replica-down rule's evidence)."""
+    attempts = int(rep.total("attempts", window) - rep.total("gw_conn_errors", window))
+    if attempts <= 0:
+        return 0.0, 0.0, 0
+    abandoned = (rep.total("gw_abandoned", window) + rep.total("gw_failed", window)
+                 - rep.total("gw_errors", window))
+    return abandoned / attempts, rep.total("gw_ok", window) / attempts, attempts
+
+
+def _abandon_jump(fs: FleetSeries, name: str, window: range, cfg: DegradationConfig) -> dict[str, Any] | None:
+    """Figures when clients give up on ``name`` far more than on the other replicas at no more load
+    (DegradationConfig: unanswered work), else None."""
+    rep = fs.replicas[name]
+    rate, answered, attempts = unanswered(rep, window)
+    others = [unanswered(r, window) for o, r in fs.replicas.items() if o != name]
+    others = [(ok, a) for _, ok, a in others if a >= cfg.min_attempts]
+    if attempts < cfg.min_attempts or rate < cfg.abandon_rate_min or not others:
+        return None
+    others_answered = median(ok for ok, _ in others)
+    load = attempts / median(a for _, a in others)
+    busy = [unanswered(rep, range(b, b + 1)) for b in window]
+    sustained = all(r >= cfg.abandon_rate_min for r, _, a in busy if a >= 5)
+    if (others_answered < cfg.answered_ratio * max(answered, cfg.error_floor) or load > cfg.abandon_load_ratio
+            or not sustained):
+        return None
+    return {"abandoned_rate": _r(rate, 4), "answered_rate": _r(answered, 4),
+            "others_median_answered_rate": _r(others_answered, 4), "load_ratio": _r(load)}
+
+
 def _sustained(rep: ReplicaSeries, window: range, min_rate: float) -> bool:
     """Every bucket of ``window`` with at least 5 attempts fails at ``min_rate`` or more (a crash's one
     burst of broken streams is no degraded replica)."""
@@ -51,7 +84,8 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
     gets a no-data signal; the evaluator froze their baselines into ``fs``).
 
     FIRE: speed figure (:func:`relative_speed`) >= ``ratio``, or failure rate >= ``error_rate_min`` and
-    >= ``error_ratio`` x max(others' median, ``error_floor``) with >= ``min_errors`` failures. CLEAR:
+    >= ``error_ratio`` x max(others' median, ``error_floor``) with >= ``min_errors`` failures, or (speed
+    unknown) clients giving up on its attempts far more than on the others' (:func:`_abandon_jump`). CLEAR:
     speed figure < ``clear_ratio`` (or unknown) and failures below ``error_clear`` or no longer standing
     out. HOLD otherwise.
     """
@@ -79,7 +113,12 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
         error_jump = (attempts >= cfg.min_attempts and failed >= cfg.min_errors and rate >= cfg.error_rate_min
                       and rate >= cfg.error_ratio * max(others_rate, cfg.error_floor)
                       and _sustained(rep, window, cfg.error_rate_min))
-        if not rep.total("requests", window) and not error_jump:
+        # speed unknown (too few engine spans: aborted requests export none): judge by the work clients
+        # gave up on there against the other replicas
+        abandon = _abandon_jump(fs, name, window, cfg) if speed is None else None
+        if abandon:
+            figures.update(abandon)
+        if not rep.total("requests", window) and not error_jump and not abandon:
             # no engine span: its speed cannot be judged (its telemetry may be lost while it serves)
             if name in active:
                 out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
@@ -93,16 +132,25 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
                                   labels={"replica": name}))
             continue
         slow = speed is not None and speed >= cfg.ratio
-        if slow or error_jump:
+        if slow or error_jump or abandon:
             level = Level.FIRE
         elif (speed is None or speed < cfg.clear_ratio) and (
                 rate < cfg.error_clear or rate < cfg.error_ratio / 2 * max(others_rate, cfg.error_floor)):
             level = Level.CLEAR
         else:
             level = Level.HOLD
-        out.append(Signal(RULE_DEGRADATION, name, level, "warning", _degradation_summary(name, figures, slow, error_jump, cfg),
-                          figures, replica=name, labels={"replica": name}))
+        summary = (_abandon_summary(name, figures, cfg) if abandon and not (slow or error_jump)
+                   else _degradation_summary(name, figures, slow, error_jump, cfg))
+        out.append(Signal(RULE_DEGRADATION, name, level, "warning", summary, figures, replica=name,
+                          labels={"replica": name}))
     return out
+
+
+def _abandon_summary(name: str, f: dict, cfg: DegradationConfig) -> str:
+    return (f"{replica_label(name)} answers {f['answered_rate']:.1%} of its attempts vs "
+            f"{f['others_median_answered_rate']:.1%} on the other replicas at {f['load_ratio']:.2f}x their load: "
+            f"clients gave up on {f['abandoned_rate']:.1%} (last {cfg.window_s}s; too few engine spans to "
+            f"judge its speed, as aborted requests export none)")
 
 
 def _degradation_summary(name: str, f: dict, slow: bool, error_jump: bool, cfg: DegradationConfig) -> str:
@@ -164,7 +212,10 @@ def telemetry_from_series(fs: FleetSeries, cfg: TelemetryConfig) -> list[Signal]
     """Per-replica, per-source telemetry verdicts (key = replica; one fleet-wide key "" when every
     replica lost the same source). A source (``spans``, ``metrics``) is lost when the replica served over
     ``window_s`` (>= ``min_served`` successful gateway attempts, or the other source shows work) while
-    that source sent nothing, having sent before the window."""
+    that source sent nothing, having sent before the window. Running requests count as evidence for
+    spans only on a replica the gateway sends nothing (behind no gateway of ours): vLLM 0.32 exports no
+    span for a request the client aborted, so a replica whose attempts clients all gave up on runs
+    requests and rightly sends no span."""
     window = fs.window(cfg.window_s)
     history = range(window.stop, fs.n)
     verdicts: dict[str, dict[str, Any]] = {}
@@ -177,7 +228,8 @@ def telemetry_from_series(fs: FleetSeries, cfg: TelemetryConfig) -> list[Signal]
         had_points = rep.total("gauge_points", history) > 0
         serving = gw_ok >= cfg.min_served
         lost = []
-        if had_spans and spans == 0 and (serving or running > 0):
+        unseen_by_gateway = rep.total("attempts", window) == 0
+        if had_spans and spans == 0 and (serving or (running > 0 and unseen_by_gateway)):
             lost.append("spans")
         if had_points and points == 0 and (serving or spans >= cfg.min_served):
             lost.append("metrics")

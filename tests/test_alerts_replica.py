@@ -52,9 +52,13 @@ def test_telemetry_loss_per_replica_and_source():
                                                       "up_ok": 6, "running_mean": 2.0}]
     # r5 is down (no successes, nothing): not a telemetry problem
     rows += _history("r5")
+    # r6 runs requests but clients gave up on all 40 attempts on it: vLLM 0.32 exports no span for an
+    # aborted request, so no span is expected
+    rows += _history("r6") + [{"replica": "r6", "bucket": 0, "attempts": 40, "gw_abandoned": 40,
+                               "gauge_points": 12, "up_ok": 6, "running_mean": 4.0}]
     fs = series.build(T0, 60, 11, rows, [])
     out = {s.key: s for s in rules_replica.telemetry_from_series(fs, cfg)}
-    assert out["r1"].level is Level.CLEAR and out["r5"].level is Level.CLEAR
+    assert out["r1"].level is Level.CLEAR and out["r5"].level is Level.CLEAR and out["r6"].level is Level.CLEAR
     assert out["r2"].level is Level.FIRE and out["r2"].figures["lost"] == ["spans", "metrics"]
     assert "serves (12 successful gateway attempts in 60s) but its spans and metrics stopped" in out["r2"].summary
     assert out["r3"].figures["lost"] == ["metrics"] and out["r4"].figures["lost"] == ["spans"]

@@ -227,6 +227,34 @@ def test_degradation_from_gateway_visible_errors_and_no_data():
     assert "r3" not in {s.key for s in rules_replica.degradation_from_series(quiet, cfg)}
 
 
+def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judged():
+    """A replica slowed until clients time out leaves almost no engine span (vLLM 0.32 exports none for
+    an aborted request): judged by the gateway's attempts on it against the other replicas'."""
+    cfg = AlertConfig().degradation
+    rows = _rows({"r1": ("H100", 0.01, 4e-5), "r2": ("H100", 0.01, 4e-5), "r3": ("H100", 0.01, 4e-5)}, buckets=4)
+    for row in rows:
+        if row["bucket"] < 2:  # the whole fleet overloaded: 100 attempts a bucket on each, 70 given up on
+            row.update(attempts=100, gw_ok=30, gw_abandoned=70)
+            if row["replica"] == "r3":  # r3: 2 answered (2 engine spans: too few for a speed figure)
+                row.update(gw_ok=2, gw_abandoned=97, gw_failed=1, requests=2, itl_samples=2, prefill_samples=2)
+    out = {s.key: s for s in rules_replica.degradation_from_series(series.build(T0, 60, 4, rows, []), cfg)}
+    r3 = out["r3"]
+    # abandoned (97 + 1 timeout) x 2 / 200 = 98% >= 50%; answered 4 / 200 = 2%, the others' 30% >= 3 x 2%;
+    # load 200 / 200 = 1.0 <= 1.3
+    assert r3.level is Level.FIRE and r3.figures["ratio"] is None
+    assert r3.figures["abandoned_rate"] == pytest.approx(0.98) and r3.figures["answered_rate"] == pytest.approx(0.02)
+    assert r3.figures["others_median_answered_rate"] == pytest.approx(0.3) and r3.figures["load_ratio"] == 1.0
+    assert "answers 2.0% of its attempts vs 30.0% on the other replicas" in r3.summary
+    # the others, as overloaded as each other (70% given up on everywhere): no degradation
+    assert out["r1"].level is Level.CLEAR and out["r2"].level is Level.CLEAR
+    # the same on a replica given 1.5x the others' attempts: overloaded, not degraded
+    for row in rows:
+        if row["replica"] == "r3" and row["bucket"] < 2:
+            row.update(attempts=150, gw_abandoned=147)
+    hot = {s.key: s for s in rules_replica.degradation_from_series(series.build(T0, 60, 4, rows, []), cfg)}["r3"]
+    assert hot.level is not Level.FIRE and "abandoned_rate" not in hot.figures
+
+
 def test_queue_growth_against_its_own_level():
     cfg = AlertConfig().queue
 

@@ -27,8 +27,10 @@ def _run(store, s: Scenario):
 
 
 def test_cascade_names_the_culprit_by_evidence_and_notifies_once(store):
+    # 4.5 tasks/s: the healthy fleet keeps up (at 6/s it was already overloaded before the fault:
+    # ~70% of attempts abandoned on every replica and queues growing from t=240 s, no single culprit)
     fleet = tuple(ReplicaPlan(f"r{i}", "H100", 4) for i in range(3))
-    s = Scenario("cascade", "cascade_slow", 11, "azure", "poisson", fleet, rate=6.0, duration_s=1200,
+    s = Scenario("cascade", "cascade_slow", 11, "azure", "poisson", fleet, rate=4.5, duration_s=1200,
                  retry=RetryPolicy(max_attempts=3, timeout_s=15), faults=(FaultEvent(420, "r1", "slowdown", 4.0),),
                  expect=(Expect(cat.CASCADE, "", 420, "r1"), Expect(cat.DEGRADATION, "r1", 420)),
                  allow=tuple((r, "*") for r in cat.SYMPTOMS))

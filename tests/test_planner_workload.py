@@ -22,7 +22,7 @@ def _plans():
                     slo_ttft_ms=2000, slo_e2e_ms=60000)
     copilot = TaskPlan("t-copilot", "copilot", "globex", 20.5, (
         StepPlan("context", (CallPlan(900, 30),)),
-        StepPlan("check_1", (CallPlan(400, 200), CallPlan(500, 250), CallPlan(600, 350))),
+        StepPlan("check_1", (CallPlan(500, 250), CallPlan(400, 200), CallPlan(600, 350))),  # not sorted: order kept
         StepPlan("edit_2", (CallPlan(1200, 60),)),
     ), slo_ttft_ms=1000, slo_e2e_ms=300000)
     agent = TaskPlan("t-agent", "research_agent", "acme", 35.25, (
@@ -34,7 +34,7 @@ def _plans():
 
 def _shape(plans):
     return [(p.task_id, p.task_type, p.tenant, p.priority, round(p.arrival_s, 6), p.slo_ttft_ms, p.slo_e2e_ms,
-             [(s.name, sorted((c.prompt_tokens, c.output_tokens) for c in s.calls)) for s in p.steps])
+             [(s.name, [(c.prompt_tokens, c.output_tokens) for c in s.calls]) for s in p.steps])
             for p in plans]
 
 

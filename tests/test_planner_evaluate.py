@@ -71,6 +71,10 @@ def test_replaying_the_same_run_reproduces_the_measured_costs(measured):
             "(SELECT count() FROM llm_calls), (SELECT count() FROM otel_metrics_gauge) > 0", tag="test").result_rows[0]
         measured_calls = store.scalar("SELECT count() FROM llm_calls", tag="test")
         assert counts == (0, 0, measured_calls, 1)
+        # ... and the counters the jobs read: the preemption counter too (replica_minutes.preemptions)
+        per_minute = ("SELECT replica, minute, up, preemptions, counter_prompt_tokens, work FROM replica_minutes "
+                      "ORDER BY replica, minute")
+        assert scratch.store.query(per_minute, tag="test").result_rows == store.query(per_minute, tag="test").result_rows
         # one fewer replica on the same workload: the A100 is gone, so is its spend
         smaller = current.with_(name="h100-only", pools=(Pool("H100", 1, "h100-llama-3.1-8b"),))
         r2 = evaluate(scratch, w, smaller, base, seed=4)

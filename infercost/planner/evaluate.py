@@ -7,13 +7,18 @@ ones: ``schema.jobs.run_jobs`` then ``schema.queries.cost.period_summary`` and
 ``schema.queries.planner.task_latency``. What the scratch store leaves out, and why it cannot
 change a cost figure:
 
-* the dashboard's and alerts' materialized views (``sql/scratch_prune.sql``), which the cost jobs
-  never read, and the raw span rows (``otel_traces`` is a Null table there,
-  ``sql/scratch_null_traces.sql``: the views the jobs read still fill on every insert);
-* the replicas' histogram metric points (TTFT/ITL/e2e/queue-time histograms), the per-finish-
-  reason ``vllm:request_success`` and the preemption counters: a replica-minute is *up* when it has
-  any metric point, and the gauges and token / prefix-cache counters the jobs and the backtest read
-  are kept (7 of a scrape's 16 points).
+* the materialized views that feed only the dashboard, the alerts and late-data recomputation
+  (``sql/scratch_prune.sql``: the ops rollups, the gateway-attempt rollups, the trace-id lookup,
+  ``late_minutes``), which ``run_jobs`` never reads, and the raw span rows (``otel_traces`` is a
+  Null table there, ``sql/scratch_null_traces.sql``: the views the jobs read -- ``llm_calls``,
+  ``task_spans``, ``gateway_requests`` -- still fill on every insert, and ``replica_models``, which
+  ``llm_calls`` reads, fills from the gauges);
+* the replicas' histogram metric points (TTFT/ITL/e2e/queue-time histograms) and the per-finish-
+  reason ``vllm:request_success``: the jobs read histograms only to call a replica-minute *up*
+  (``job_replica_gauges``), and every scrape that writes them also writes the gauges, which are kept;
+  nothing reads ``vllm:request_success``. Kept: the gauges (queue, running, KV usage; the model_name
+  label for ``replica_models``) and the token, prefix-cache and preemption counters
+  (``job_engine_counters``), 8 of a scrape's 16 points.
 
 A candidate **meets its SLOs** when, for every task type with a latency budget, at least
 ``slo_target`` (default 95 %) of its tasks succeeded within every budget (``tasks.slo_met``): the
@@ -83,7 +88,7 @@ class Scratch:
                            tag="planner.scratch.drop")
 
 
-DROPPED_METRICS = ("vllm:request_success", "vllm:num_preemptions")  # and every histogram (module docstring)
+DROPPED_METRICS = ("vllm:request_success",)  # and every histogram (module docstring)
 
 
 class CostMetricsSink:

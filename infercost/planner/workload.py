@@ -119,9 +119,10 @@ def num(x) -> float | None:
 def build_steps(task_type: str, steps_rows: list, units: list, median_output: dict) -> tuple[StepPlan, ...]:
     """The StepPlans of one task from its client-span step rows and its units of GPU work.
 
-    ``steps_rows``: dicts (step, calls, ok) in start order; ``units``: (start, prompt, output, ok)
-    in start order. Accepted calls keep their measured lengths; calls that never succeeded take the
-    largest unexplained unit (else (median prompt, median output) of the type)."""
+    ``steps_rows``: dicts (step, calls, ok) in start order, ``ok`` in call order; ``units``: (start,
+    prompt, output, ok) in start order. Accepted calls keep their measured lengths and their order
+    in the step (the simulator routes a fan-out in that order); calls that never succeeded follow
+    them, taking the largest unexplained unit (else (median prompt, median output) of the type)."""
     if not steps_rows:  # no client spans: one step per accepted unit (order known, fan-out not)
         ok_units = [u for u in units if u[3]] or list(units[-1:])
         return tuple(StepPlan(f"call_{i + 1}", (CallPlan(max(1, int(u[1])), max(1, int(u[2]))),))
@@ -140,7 +141,7 @@ def build_steps(task_type: str, steps_rows: list, units: list, median_output: di
     default_out = median_output.get(task_type, (512, 128))
     out = []
     for row in steps_rows:
-        calls = [CallPlan(max(1, int(p)), max(1, int(o))) for p, o in sorted(row["ok"])]
+        calls = [CallPlan(max(1, int(p)), max(1, int(o))) for p, o in row["ok"]]
         for _ in range(max(int(row["calls"]), 1) - len(calls)):
             p, o = spare.pop(0) if spare else default_out
             calls.append(CallPlan(max(1, int(p)), max(1, int(o) if o else default_out[1])))

@@ -91,7 +91,7 @@ def workload_tasks(store, start: datetime, end: datetime) -> pd.DataFrame:
 def workload_steps(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Steps of those tasks from their client attempt spans, one row per (task, step) in start
     order: ``step_start``, ``calls`` (first attempts), ``max_attempt``, ``ok`` (list of (input,
-    output) token pairs of the attempts that succeeded)."""
+    output) token pairs of the attempts that succeeded, in call order: task.call, then start)."""
     return _period("planner_workload_steps", store, start, end)
 
 

@@ -524,14 +524,20 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         plan = task.plan
         ok = error_type is None
         req = a.req
+        gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         if a.req is not None and (gw_error or ok):  # the attempt that reached an engine is still open
             gend = t - CLIENT_GATEWAY_S if ok else t
+            # the first chunk (after prefill) carried the prompt's usage, as vLLM answers continuous usage
+            first = req.first_token is not None and req.first_token + GATEWAY_REPLICA_S <= gend
             self.span(self.gateway_res, task.trace_id, a.gw_att_id, a.gw_id, GATEWAY_ATTEMPT_SPAN_NAME,
                       SPAN_KIND_CLIENT, a.gw_att_start, gend,
                       gateway_attempt_attrs(plan, self.policy, a.gw_no, a.rep.spec.id, status, tokens, gw_error,
-                                            step_context(a.step, a.ci + 1, a.n)),
+                                            step_context(a.step, a.ci + 1, a.n),
+                                            input_tokens=req.prompt_tokens if first else None,
+                                            output_tokens=tokens if ok else None,
+                                            finish_reason=finish if ok else None,
+                                            ttfc=gw_ttft if first else None),
                       STATUS_OK if ok else STATUS_ERROR, gw_error or "", task.ctx)
-        gw_ttft = None if ttft is None else ttft - CLIENT_GATEWAY_S
         if a.gw_id is not None:  # None: admission control already wrote the (rejected) request span
             self.span(self.gateway_res, task.trace_id, a.gw_id, a.client_id, GATEWAY_SPAN_NAME, SPAN_KIND_SERVER,
                       a.gw_start, t - CLIENT_GATEWAY_S if ok else t,

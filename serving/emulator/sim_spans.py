@@ -86,9 +86,23 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
 
 
 def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status: int | None, tokens: int,
-                          error_type: str | None, step_ctx: dict | None = None) -> dict:
+                          error_type: str | None, step_ctx: dict | None = None, *, input_tokens: int | None = None,
+                          output_tokens: int | None = None, finish_reason: str | None = None,
+                          ttfc: float | None = None) -> dict:
+    """The real gateway's attempt span (serving/gateway/relay.py): it asks every replica for
+    continuous usage, so ``input_tokens`` (prompt tokens, from the first chunk) is known once a
+    first chunk arrived, even when the stream then broke or the client left; ``output_tokens`` and
+    ``finish_reason`` only from a stream that ended cleanly; ``ttfc`` seconds at the gateway."""
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
          sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}
+    if input_tokens is not None:
+        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if output_tokens is not None:
+        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    if finish_reason:
+        a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [finish_reason]
+    if ttfc is not None:
+        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
     if status is not None:
         a[sc.GATEWAY_UPSTREAM_STATUS] = status
     if error_type:

@@ -191,19 +191,19 @@ def test_cost_page_shows_the_worked_example(worked):
     assert m["Cost per successful task"][0] == "$0.0900"
     assert m["Cost per request (naive)"][0] == "$0.0600"
     assert m["Cost per 1M tokens (naive)"][0] == "$75.00"
-    assert m["Attributed CPST (excl. idle)"][0] == "$0.0600"
+    assert m["Attributed CPST (excl. idle)"][0] == "$0.0442"  # allocated $0.0885 / 2 = $0.04425
     assert m["Spend"][0] == "$0.1800"
     assert m["Successful tasks"][0] == "2"
     assert m["Attempts per successful task"][0] == "1.5"
     assert m["Goodput (tasks/h)"][0] == "40.0"
     assert any("1.5x" in i.value for i in at.info)  # CPST / cost per request = 0.09 / 0.06
     waste = at.dataframe[0].value.set_index("category")
-    assert waste.loc["idle", "USD"] == pytest.approx(0.06) and waste.loc["retry_waste", "USD"] == pytest.approx(0.015)
+    assert waste.loc["idle", "USD"] == pytest.approx(0.0915) and waste.loc["retry_waste", "USD"] == pytest.approx(0.015)
 
     at = _app({"range": "custom", "start": "2026-01-05T10:00:00Z", "end": "2026-01-05T10:03:00Z", "task": "T2"},
               "views/tasks.py")
     shown = at.dataframe[0].value.set_index("task_id")
-    assert shown.loc["T2", "cost (USD)"] == pytest.approx(0.075) and shown.loc["T2", "waste (USD)"] == pytest.approx(0.015)
+    assert shown.loc["T2", "cost (USD)"] == pytest.approx(0.0435) and shown.loc["T2", "waste (USD)"] == pytest.approx(0.015)
     calls = at.dataframe[1].value
-    assert sorted(calls["cost_usd"].round(6)) == [0.015, 0.06]
-    assert m and _metrics(at)["Cost"][0] == "$0.0750"
+    assert sorted(calls["cost_usd"].round(6)) == [0.015, 0.0285]
+    assert m and _metrics(at)["Cost"][0] == "$0.0435"

@@ -13,6 +13,8 @@ import random
 import threading
 from dataclasses import dataclass, field
 
+import httpx
+
 from serving.plans import RetryPolicy
 from serving.sdk import AsyncInstrumentedOpenAI, CallFailed, InstrumentedOpenAI, task
 from serving.workloads.prompts import WORDS
@@ -62,41 +64,78 @@ def _run_case(client, provider, model, case, messages, *, stream=True, policy=No
     return seen
 
 
-def _generated(vllm_url: str) -> float:
-    """vLLM's vllm:generation_tokens counter (all series)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
+class _StreamWatch(httpx.AsyncBaseTransport):
+    """The client's HTTP transport, counting the SSE events as they reach the client's socket:
+    ``reached`` is set once ``events`` arrived. A reader task drains the socket into a queue, so the
+    count does not wait for the OpenAI client to parse each chunk (on 2 busy cores it fell seconds
+    behind the stream), and vLLM's own /metrics answered only after ~5 s while it streamed."""
 
-    text = httpx.get(vllm_url + "/metrics", timeout=10, trust_env=False).text
-    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "vllm:generation_tokens"
-               for s in f.samples if s.name.endswith("_total"))
+    def __init__(self, events: int):
+        self.inner = httpx.AsyncHTTPTransport()
+        self.events, self.seen, self.reached = events, 0, asyncio.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        resp = await self.inner.handle_async_request(request)
+        return httpx.Response(resp.status_code, headers=resp.headers, stream=_Drained(resp.stream, self),
+                              extensions=resp.extensions)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
-async def _abort_case(url, vllm_url, provider, model, messages, tokens_first: int = 8) -> Seen:
-    """The client gives up mid-stream: the call's asyncio task is cancelled once vLLM has generated
-    ``tokens_first`` tokens for it (the only request in flight; a busy host delays the first token by
-    seconds, so a fixed delay would not do) plus 0.3 s for them to reach the client. The SDK records
-    ``error.type`` ``cancelled`` and the tokens received; the connection closes, so the gateway and
-    vLLM see a disconnect."""
-    client = AsyncInstrumentedOpenAI(url + "/v1", tracer_provider=provider)
+class _Drained(httpx.AsyncByteStream):
+    def __init__(self, inner, watch: _StreamWatch):
+        self.inner, self.watch = inner, watch
+        self.queue: asyncio.Queue = asyncio.Queue()
+        self.reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for chunk in self.inner:
+                self.watch.seen += chunk.count(b"data: ")
+                if self.watch.seen >= self.watch.events:
+                    self.watch.reached.set()
+                self.queue.put_nowait(chunk)
+        except Exception as exc:  # noqa: BLE001 - handed to the consumer
+            self.queue.put_nowait(exc)
+        self.queue.put_nowait(None)
+
+    async def __aiter__(self):
+        while (item := await self.queue.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    async def aclose(self) -> None:
+        self.reader.cancel()
+        await self.inner.aclose()
+
+
+async def _abort_case(url, provider, model, messages, tokens_first: int = 8) -> Seen:
+    """The client gives up mid-stream: the call's asyncio task is cancelled as soon as ``tokens_first``
+    token events (after the role chunk) reached the client, of the 900 it asked for (a busy host delays
+    the first token by seconds, so a fixed delay would not do). The SDK records ``error.type``
+    ``cancelled`` and the tokens received; the connection closes, so the gateway and vLLM see a
+    disconnect."""
+    watch = _StreamWatch(tokens_first + 1)
+    client = AsyncInstrumentedOpenAI(url + "/v1", tracer_provider=provider,
+                                     http_client=httpx.AsyncClient(transport=watch, timeout=120))
     async with task("chat", tenant="acme", slo_e2e_ms=60_000, tracer_provider=provider) as t:
         seen = Seen("abort", t.task_id, f"{t.span.get_span_context().trace_id:032x}", True)
         with t.step("answer"):
-            before = await asyncio.to_thread(_generated, vllm_url)
             call = asyncio.ensure_future(client.chat(model=model, messages=messages, max_tokens=900,
                                                      extra_body={"ignore_eos": True}))
-            for _ in range(600):  # at most ~60 s
-                await asyncio.sleep(0.1)
-                if await asyncio.to_thread(_generated, vllm_url) - before >= tokens_first:
-                    break
-            await asyncio.sleep(0.3)
+            waiting = asyncio.ensure_future(watch.reached.wait())
+            await asyncio.wait({call, waiting}, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
+            assert not call.done(), "the call to abort ended before it could be cancelled"
             call.cancel()
             try:
                 await call
             except asyncio.CancelledError:
                 seen.error_type, seen.attempts = "cancelled", 1
+            await client.close()  # the connection closes now: the gateway and vLLM see the client leave
         t.fail("cancelled")
-    await client.close()
     return seen
 
 
@@ -143,7 +182,10 @@ def run_workload(stack) -> list[Seen]:
     out.append(_run_case(client, provider, model, "too_long", user(words(1100, "too-long")), max_tokens=8,
                          policy=one_try))
     # Client abort: the client gives up mid-stream (vLLM exports no span for it).
-    out.append(asyncio.run(_abort_case(url, stack.vllm.url, provider, model, user(words(20, "abort")))))
+    # The receiver drained first: its store inserts run in this process and, while they hold the
+    # interpreter, the client's event loop would see the stream seconds late (vLLM done by then).
+    stack.flush()
+    out.append(asyncio.run(_abort_case(url, provider, model, user(words(20, "abort")))))
     # A retried call: a gateway whose first upstream is down answers 502; the client's second attempt
     # goes to the next upstream (round robin), real vLLM.
     from serving.vllm.launch import free_port

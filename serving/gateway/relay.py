@@ -95,6 +95,7 @@ class RelayMixin:
         """Relay an SSE stream; ``client_usage`` False: the client did not ask for usage, so the
         usage-only last chunk the gateway asked for on its behalf is not relayed."""
         usage = StreamUsage()
+        skipped = None  # the newest token event the hot path did not decode (its usage is cumulative)
         raw = resp.content.iter_any()
         buf = b""
         committed = False
@@ -111,6 +112,7 @@ class RelayMixin:
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                     if not committed:
                         raise AttemptFailed("stream_broken", resp.status, True) from exc
+                    _catch_up(usage, skipped)
                     return await self._break(send, span, aspan, usage, ttft, "stream_broken", watch,
                                              f"upstream replica {replica_id} failed mid-stream: {type(exc).__name__}")
                 buf += chunk
@@ -136,7 +138,9 @@ class RelayMixin:
                             usage.chunks += 1
                             if carries_output(data):
                                 usage.content_chunks += 1
+                            skipped = data
                         else:
+                            skipped = None
                             if not client_usage and usage_only_event(data):
                                 out = out.replace(event + b"\n\n", b"", 1)  # usage the client did not ask for
                             try:
@@ -167,6 +171,7 @@ class RelayMixin:
             if not committed:
                 raise AttemptFailed("stream_broken", resp.status, True)
             if not saw_done:
+                _catch_up(usage, skipped)
                 return await self._break(send, span, aspan, usage, ttft, "stream_broken", watch,
                                          f"upstream replica {replica_id} closed the stream early")
             watch.active = False
@@ -179,6 +184,7 @@ class RelayMixin:
         except asyncio.CancelledError:
             if not take_cancellation(watch):
                 raise
+            _catch_up(usage, skipped)
             if watch.reason == "client_disconnect":
                 self._finish_error(span, aspan, usage, ttft, "client_disconnect")
                 return "client_disconnect"
@@ -250,3 +256,18 @@ def end_error(aspan, error_type: str, status: int | None) -> None:
         aspan.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
     aspan.set_status(Status(StatusCode.ERROR, error_type))
     aspan.end()
+
+
+def _catch_up(usage: StreamUsage, skipped: bytes | None) -> None:
+    """Read the cumulative usage (continuous_usage_stats) of the newest event the hot path skipped,
+    so an attempt cut short records the tokens vLLM counted, not only the chunks that carried text
+    (one chunk can carry several tokens)."""
+    if skipped is None:
+        return
+    try:
+        doc = json.loads(skipped)
+        counted = (doc.get("usage") or {}).get("completion_tokens") if isinstance(doc, dict) else None
+    except (ValueError, AttributeError):
+        return
+    if isinstance(counted, int) and counted > (usage.usage_completion_tokens or 0):
+        usage.usage_completion_tokens = counted

@@ -10,6 +10,8 @@ import altair as alt
 import pandas as pd
 import streamlit as st
 
+from app import ui
+
 # Waterfall order: from total spend down to useful work (DESIGN.md cost categories, mutually exclusive).
 WATERFALL = [
     ("idle", "Idle GPUs"),
@@ -27,6 +29,16 @@ CATEGORY_COLORS = {"useful": "#2ca02c", "retry waste": "#ff7f0e", "failed-task w
 def missing_table(exc: Exception) -> bool:
     text = str(exc)
     return "UNKNOWN_TABLE" in text or "doesn't exist" in text or "does not exist" in text
+
+
+def stop_on_store_error(exc: Exception, hint: str = "Run `infercost migrate` and the cost job.") -> None:
+    """End the page after a failed cost query: an empty state with ``hint`` when the cost tables do
+    not exist yet, else the store error (text and error id) as every page shows it."""
+    if missing_table(exc):
+        ui.empty_state("The cost tables do not exist yet.", hint)
+    else:
+        ui.store_error(exc)
+    st.stop()
 
 
 def summary_row(df: pd.DataFrame | None) -> dict | None:

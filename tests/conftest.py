@@ -61,6 +61,16 @@ def module_store():
     drop_store(s)
 
 
+@pytest.fixture(scope="module")
+def rig(module_store, tmp_path_factory):
+    """The real producers wired to ``module_store`` (tests/producers.py: receiver, gateway, SDK)."""
+    from tests.producers import Rig
+
+    r = Rig(module_store, tmp_path_factory.mktemp("spool"))
+    yield r
+    r.close()
+
+
 def emptied(store, *tables: str):
     """TRUNCATE ``tables`` (our own table names) of ``store`` and return it. Emptying ``otel_traces``
     also empties ``otel_span_keys`` (the keys of stored spans, migration 0090): else spans a previous

@@ -15,19 +15,13 @@ from collectors.ingest import ingest_traces
 from schema import jobs
 from serving.gateway.stub import Behaviour
 from serving.sdk import CallFailed, task
-from tests.producers import (MODEL, Rig, captured_spans, scrape, vllm_llm_request, vllm_metrics_page,
+from tests.producers import (MODEL, captured_spans, scrape, vllm_llm_request, vllm_metrics_page,
                              vllm_request)
 from tests.test_cost_support import fleet_yaml, sync
 
 EXACT = dict(rel=1e-12, abs=1e-12)
 MESSAGES = [{"role": "user", "content": "hello"}]
 
-
-@pytest.fixture(scope="module")
-def rig(module_store, tmp_path_factory):
-    r = Rig(module_store, tmp_path_factory.mktemp("spool"))
-    yield r
-    r.close()
 
 
 def _attempt(store, task_id) -> dict:

@@ -19,16 +19,10 @@ from schema import jobs
 from schema import semconv as sc
 from serving.gateway.stub import Behaviour
 from serving.sdk import CallFailed, task
-from tests.producers import MODEL, Rig, free_port, ingest_sdk_spans
+from tests.producers import MODEL, free_port, ingest_sdk_spans
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 
-
-@pytest.fixture(scope="module")
-def rig(module_store, tmp_path_factory):
-    r = Rig(module_store, tmp_path_factory.mktemp("spool"))
-    yield r
-    r.close()
 
 
 def _run(rig, gateway_url, *, timeout_s=10.0, stream=True, task_type="chat"):

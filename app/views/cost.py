@@ -28,12 +28,8 @@ try:
     previous = costviews.summary_row(ui.query("schema.queries.cost:period_summary", prev_start, f.start, None,
                                               f.query_filters()))
 except StoreError as exc:
-    if costviews.missing_table(exc):
-        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate`, then `infercost cost` "
-                       "(or start `infercost up`, which runs the cost job every minute).")
-        st.stop()
-    ui.store_error(exc)
-    st.stop()
+    costviews.stop_on_store_error(exc, "Run `infercost migrate`, then `infercost cost` "
+                                       "(or start `infercost up`, which runs the cost job every minute).")
 
 if summary is None or not (summary.get("spend_usd") or 0):
     ui.empty_state("No spend in this time range yet.",

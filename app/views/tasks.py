@@ -33,11 +33,7 @@ elif "q" in st.query_params:
 try:
     tasks = ui.query("schema.queries.cost:tasks_table", f.start, f.end, search or None, LIMIT)
 except StoreError as exc:
-    if costviews.missing_table(exc):
-        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate` and the cost job.")
-        st.stop()
-    ui.store_error(exc)
-    st.stop()
+    costviews.stop_on_store_error(exc)
 
 # tasks_table takes no model / tenant / task-type filter: apply the sidebar's to the rows returned.
 for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "task_type")):

@@ -41,11 +41,7 @@ if window_label == "auto":
 try:
     df = ui.query("schema.queries.cost:replica_windows", f.start, f.end, window_s)
 except StoreError as exc:
-    if costviews.missing_table(exc):
-        ui.empty_state("The cost tables do not exist yet.", "Run `infercost migrate` and the cost job.")
-        st.stop()
-    ui.store_error(exc)
-    st.stop()
+    costviews.stop_on_store_error(exc)
 
 if not len(df):
     ui.empty_state("No replica windows in this range.",

@@ -192,7 +192,6 @@ class FleetSimulator(ReplicaEvents, FleetControl):
             r.spans_lost = r.metrics_lost = r.draining = False
             self.reps.append(r)
         self.by_id = {r.spec.id: r for r in self.reps}
-        self.pool = list(self.reps)  # what the gateway routes to (a drained replica leaves it)
         for ev in faults:
             self.push(ev.at_s, self.on_fault, ev)
             if ev.until_s is not None and ev.kind != "crash":

@@ -36,7 +36,6 @@ class ReplicaEvents:
                 continue
             if ev.kind == "drain":
                 rep.draining = True
-                self.pool = [r for r in self.reps if not r.draining]
                 continue
             self.interrupt(rep, t)
             if ev.kind == "slowdown":
@@ -57,7 +56,6 @@ class ReplicaEvents:
                 continue
             if ev.kind == "drain":
                 rep.draining = False
-                self.pool = [r for r in self.reps if not r.draining]
                 if rep.down:  # it was shut down once idle: it comes back as a new process
                     self.on_restart(t, rep)
                 continue

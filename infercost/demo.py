@@ -305,7 +305,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     timer.daemon = True
     timer.start()
     echo("")
-    echo(f"  dashboard      {dashboard.url}   (Live operations, Cost per successful task, Triangle, Tasks, Alerts, Weekly review)")
+    echo(f"  dashboard      {dashboard.url}   (Live operations, Cost per successful task, Triangle, Tasks, Alerts, Weekly review, Planner)")
     echo(f"  OTLP receiver  {otlp}/v1/traces   (receiver metrics: {otlp}/metrics)")
     echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; 4 emulated replicas behind it)")
     echo(f"  query API      {api.url}   (JSON; cost metrics for Prometheus: {api.url.rsplit('/api/', 1)[0]}/metrics)")

@@ -11,7 +11,7 @@ import pytest
 from benchmarks.alert_scenarios import catalog as cat
 from benchmarks.alert_scenarios import score
 from benchmarks.alert_scenarios.catalog import Expect, Scenario
-from benchmarks.alert_scenarios.run import label_check, load, replay
+from benchmarks.alert_scenarios.run import Outcome, label_check, load, replay
 from benchmarks.alert_scenarios.workload import ReplicaPlan
 from serving.emulator.faults import FaultEvent
 from serving.plans import RetryPolicy
@@ -72,3 +72,26 @@ def test_healthy_mixed_fleet_with_a_lone_a100_raises_nothing(store):
         ReplicaPlan("r0", "H100", 8), ReplicaPlan("r1", "H100", 8), ReplicaPlan("r2", "A100", 8)), rate=1.2)
     out, judged = _run(store, s)
     assert judged.episodes == [] and out.notifications == []
+
+
+def test_scorer_tells_flapping_from_an_slo_escalating():
+    """The same (rule, key) firing twice is flapping; another tier of a detected fleet-wide alert is not."""
+    s = next(x for x in cat.catalog() if x.family == "slo_sharp")
+    at = s.expect[0].at_s
+
+    def change(t, key, state):
+        return {"t": t, "rule": "slo_burn_rate", "key": key, "state": state, "replica": "", "note": ""}
+
+    o = Outcome(s, changes=[change(at + 30, "task_success:ticket_3d", "firing"),
+                            change(at + 90, "task_success:page_6h", "firing"),
+                            change(at + 600, "task_success:ticket_3d", "resolved"),
+                            change(at + 900, "task_success:ticket_3d", "firing")],
+                notifications=[(at + 30, "slo_burn_rate", "task_success:ticket_3d", ""),
+                               (at + 90, "slo_burn_rate", "task_success:page_6h", ""),
+                               (at + 900, "slo_burn_rate", "task_success:ticket_3d", "")])
+    j = score.judge(o)
+    assert [(e.key, e.verdict) for e in j.episodes] == [("task_success:ticket_3d", "tp"),
+                                                         ("task_success:page_6h", "allowed"),
+                                                         ("task_success:ticket_3d", "fp")]
+    assert j.expected[0]["ttd_s"] == 30.0
+    assert (j.notifications, j.fp_notifications) == (3, 1)

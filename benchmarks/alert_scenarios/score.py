@@ -7,8 +7,9 @@ An episode is one firing of one alert (rule, key) until it resolves. Against a s
   fleet-wide alert when none is expected) that fired at or after the expectation's onset; a cascade
   must also name the expected culprit;
 - neutral: an alert the scenario allows (a true symptom of the situation, after it began);
-- a false positive: anything else, including a second episode of an alert already detected (a
-  flapping alert) and a cascade naming the wrong culprit.
+- a false positive: anything else, including a second episode of an alert already detected (the
+  same rule and key firing again: a flapping alert) and a cascade naming the wrong culprit; another
+  key of a detected fleet-wide alert (an SLO's other tier or SLI escalating) is neutral.
 Recall counts expectations met; an expectation with ``hold_until_s`` is met only if its episode
 is still firing then. Time-to-detect = firing time - onset. Notifications are the firing
 notifications a person would get (after grouping and inhibition); those of false-positive episodes
@@ -102,7 +103,11 @@ def judge(o: Outcome, baseline: bool = False) -> Judged:
             used.add(first)
             for i in cands[1:]:
                 if eps[i].verdict == "":
-                    eps[i].verdict, eps[i].why = "fp", "fired again (flapping)"
+                    # the same alert again is flapping; another key of a fleet-wide alert (an SLO's
+                    # other tier or SLI escalating in the same incident) is a true symptom
+                    again = eps[i].key == ep.key
+                    eps[i].verdict, eps[i].why = (("fp", "fired again (flapping)") if again
+                                                  else ("allowed", "another tier of the same incident"))
                 used.add(i)
         j.expected.append(row)
     for i, ep in enumerate(eps):

@@ -48,13 +48,25 @@ def span_figures(store, replica: str, since: datetime) -> dict:
     return dict(zip(r.column_names, r.result_rows[0]))
 
 
+def per_request(store, replica: str, since: datetime) -> list[dict]:
+    """Each engine span's TTFT split as vLLM reports it (queue, prefill), by arrival: where a tail is."""
+    r = store.query("""
+        SELECT toUnixTimestamp64Nano(start_time) / 1e9 AS start_s, prompt_tokens, output_tokens, ttft_s, queue_s,
+               prefill_s, decode_s
+        FROM llm_calls WHERE call_source = 'engine' AND replica = {r:String} AND start_time >= {s:DateTime64(9)}
+        ORDER BY start_time""", {"r": replica, "s": since}, tag="test.vllm.fidelity")
+    rows = [dict(zip(r.column_names, row)) for row in r.result_rows]
+    t0 = rows[0]["start_s"] if rows else 0.0
+    return [{**row, "start_s": round(row["start_s"] - t0, 4)} for row in rows]
+
+
 def run_on(stack, url: str, replica: str, model: str, workload) -> dict:
     since = datetime.now(timezone.utc)
     client = cal.figures(cal.run(url, model, workload))
     stack.flush()
     got = span_figures(stack.store, replica, since)
     assert got["n"] == len(workload), (replica, got)
-    return {"spans": got, "client": client}
+    return {"spans": got, "client": client, "requests": per_request(stack.store, replica, since)}
 
 
 def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:

@@ -19,6 +19,9 @@ WITH
                quantileExact(0.99)(e2e_s) AS e2e_p99_s
         FROM llm_calls
         WHERE call_source = 'engine' AND end_time >= p_start AND end_time < p_end
+          -- the sort key is the start minute: bound the start by the day the successes look back
+          -- (a call ends after it starts; one running longer than a day is out of the triangle)
+          AND start_time >= p_start - INTERVAL 1 DAY AND start_time < p_end
         GROUP BY replica, window_start
     ),
     rm AS (

@@ -6,8 +6,10 @@
 -- Exact mode (no filter, grouping '' or 'replica'): spend and idle are the replica-minutes' own.
 -- Otherwise idle is shared among groups in proportion to their allocated cost, so groups add
 -- up to the fleet's spend; a group's spend = its allocated + its idle share.
--- Each source is read once for every grouping (ARRAY JOIN over bys) and each CTE is referenced
--- once (ClickHouse inlines a CTE at every reference): the groups are the FULL JOIN of the parts.
+-- Each source is read once for every grouping: summed by the finest key (task type, tenant, model,
+-- replica when asked), then spread over the groupings (ARRAY JOIN over bys); each CTE is
+-- referenced once (ClickHouse inlines a CTE at every reference): the groups are the FULL JOIN of
+-- the parts.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -17,30 +19,50 @@ WITH
     {task_type:String} AS f_task_type,
     (f_model = '' AND f_tenant = '' AND f_task_type = '') AS unfiltered,
     dateDiff('second', p_start, p_end) / 3600.0 AS hours,
-    pieces AS (
-        SELECT
-            arrayJoin(p_bys) AS by_dim,
-            multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id, by_dim = 'model', model,
-                    by_dim = 'replica', replica, '') AS grp,
-            sum(cost_usd) AS pc_allocated_usd,
-            sumIf(cost_usd, category = 'useful') AS pc_useful_usd,
-            sumIf(cost_usd, category = 'retry_waste') AS pc_retry_waste_usd,
-            sumIf(cost_usd, category = 'failed_task_waste') AS pc_failed_task_waste_usd,
-            sumIf(cost_usd, category = 'pending') AS pc_pending_usd,
-            sumIf(cost_usd, category = 'unattributed') AS pc_unattributed_usd,
-            sumIf(cost_usd, category = 'unspanned') AS pc_unspanned_usd,
-            sumIf(cached_tokens, cached_estimated = 1) AS pc_cached_estimated_tokens,
-            sumIf(cost_usd, partial = 1) AS pc_partial_usd,
-            sumIf(output_tokens, partial = 1) AS pc_partial_tokens,
-            sum(requests) AS pc_requests,
-            sum(prompt_tokens) AS pc_prompt_tokens,
-            sum(cached_tokens) AS pc_cached_tokens,
-            sum(output_tokens) AS pc_output_tokens
+    fine AS (
+        -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
+        SELECT task_type, tenant_id, model, if(has(p_bys, 'replica'), replica, '') AS rep,
+            sum(cost_usd) AS f_allocated_usd,
+            sumIf(cost_usd, category = 'useful') AS f_useful_usd,
+            sumIf(cost_usd, category = 'retry_waste') AS f_retry_waste_usd,
+            sumIf(cost_usd, category = 'failed_task_waste') AS f_failed_task_waste_usd,
+            sumIf(cost_usd, category = 'pending') AS f_pending_usd,
+            sumIf(cost_usd, category = 'unattributed') AS f_unattributed_usd,
+            sumIf(cost_usd, category = 'unspanned') AS f_unspanned_usd,
+            sumIf(cached_tokens, cached_estimated = 1) AS f_cached_estimated_tokens,
+            sumIf(cost_usd, partial = 1) AS f_partial_usd,
+            sumIf(output_tokens, partial = 1) AS f_partial_tokens,
+            sum(requests) AS f_requests,
+            sum(prompt_tokens) AS f_prompt_tokens,
+            sum(cached_tokens) AS f_cached_tokens,
+            sum(output_tokens) AS f_output_tokens
         FROM call_costs
         WHERE minute >= p_start AND minute < p_end
           AND (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
+        GROUP BY task_type, tenant_id, model, rep
+    ),
+    pieces AS (
+        SELECT
+            arrayJoin(p_bys) AS by_dim,
+            multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id, by_dim = 'model', model,
+                    by_dim = 'replica', rep, '') AS grp,
+            sum(f_allocated_usd) AS pc_allocated_usd,
+            sum(f_useful_usd) AS pc_useful_usd,
+            sum(f_retry_waste_usd) AS pc_retry_waste_usd,
+            sum(f_failed_task_waste_usd) AS pc_failed_task_waste_usd,
+            sum(f_pending_usd) AS pc_pending_usd,
+            sum(f_unattributed_usd) AS pc_unattributed_usd,
+            sum(f_unspanned_usd) AS pc_unspanned_usd,
+            sum(f_cached_estimated_tokens) AS pc_cached_estimated_tokens,
+            sum(f_partial_usd) AS pc_partial_usd,
+            sum(f_partial_tokens) AS pc_partial_tokens,
+            sum(f_requests) AS pc_requests,
+            sum(f_prompt_tokens) AS pc_prompt_tokens,
+            sum(f_cached_tokens) AS pc_cached_tokens,
+            sum(f_output_tokens) AS pc_output_tokens
+        FROM fine
         GROUP BY by_dim, grp
     ),
     rm AS (
@@ -61,14 +83,30 @@ WITH
           AND (f_task_type = '' OR task_type = f_task_type)
     ),
     task_rows AS (
+        -- tasks counted by the finest key first, then spread over the groupings (replica apart)
         SELECT arrayJoin(arrayFilter(b -> b != 'replica', p_bys)) AS by_dim,
                toNullable(multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id,
                                   by_dim = 'model', model, '')) AS grp,
-               outcome, slo_met, attempts, step_calls, steps
-        FROM ended
+               n, ok, failed, abandoned, slo_ok, ok_attempts, ok_step_calls, ok_steps
+        FROM (
+            SELECT task_type, tenant_id, model,
+                   count() AS n,
+                   countIf(outcome = 'success') AS ok,
+                   countIf(outcome = 'failure') AS failed,
+                   countIf(outcome = 'abandoned') AS abandoned,
+                   countIf(outcome = 'success' AND slo_met = 1) AS slo_ok,
+                   sumIf(attempts, outcome = 'success') AS ok_attempts,
+                   sumIf(step_calls, outcome = 'success') AS ok_step_calls,
+                   sumIf(steps, outcome = 'success') AS ok_steps
+            FROM ended
+            GROUP BY task_type, tenant_id, model
+        )
         UNION ALL
         -- by replica: a task counts for every replica that ran one of its calls
-        SELECT 'replica' AS by_dim, tr.replica AS grp, e.outcome, e.slo_met, e.attempts, e.step_calls, e.steps
+        SELECT 'replica' AS by_dim, tr.replica AS grp, 1, e.outcome = 'success', e.outcome = 'failure',
+               e.outcome = 'abandoned', e.outcome = 'success' AND e.slo_met = 1,
+               if(e.outcome = 'success', e.attempts, 0), if(e.outcome = 'success', e.step_calls, 0),
+               if(e.outcome = 'success', e.steps, 0)
         FROM (SELECT * FROM ended WHERE has(p_bys, 'replica')) AS e
         LEFT JOIN (
             SELECT DISTINCT task_id, replica
@@ -79,14 +117,14 @@ WITH
     ),
     tk AS (
         SELECT by_dim, grp,
-            count() AS tk_tasks,
-            countIf(outcome = 'success') AS tk_successful_tasks,
-            countIf(outcome = 'failure') AS tk_failed_tasks,
-            countIf(outcome = 'abandoned') AS tk_abandoned_tasks,
-            countIf(outcome = 'success' AND slo_met = 1) AS tk_slo_met_tasks,
-            sumIf(attempts, outcome = 'success') AS tk_success_attempts,
-            sumIf(step_calls, outcome = 'success') AS tk_success_step_calls,
-            sumIf(steps, outcome = 'success') AS tk_success_steps
+            sum(n) AS tk_tasks,
+            sum(ok) AS tk_successful_tasks,
+            sum(failed) AS tk_failed_tasks,
+            sum(abandoned) AS tk_abandoned_tasks,
+            sum(slo_ok) AS tk_slo_met_tasks,
+            sum(ok_attempts) AS tk_success_attempts,
+            sum(ok_step_calls) AS tk_success_step_calls,
+            sum(ok_steps) AS tk_success_steps
         FROM task_rows
         GROUP BY by_dim, grp
     ),

@@ -113,13 +113,16 @@ def panels(store, end: datetime, range_s: int):
         return out
     bucket_c = max(60, bucket_for(range_s, points=60))  # the cost page's trend bucket
     tri_window = auto_window(range_s)
+    if hasattr(cost, "period_summaries"):  # the page's headline and its three breakdowns: one query
+        out.append(("cost", "period_summaries ('' + 3 breakdowns)", lambda: cost.period_summaries(
+            store, start, end, ("", "task_type", "tenant", "model"))))
+    else:
+        out += [("cost", "period_summary", lambda: cost.period_summary(store, start, end))] + [
+            ("cost", f"period_summary by {by}", lambda by=by: cost.period_summary(store, start, end, by))
+            for by in ("task_type", "tenant", "model")]
     out += [
-        ("cost", "period_summary", lambda: cost.period_summary(store, start, end)),
         ("cost", "period_summary (previous)", lambda: cost.period_summary(store, start - (end - start), start)),
         ("cost", "waste_breakdown", lambda: cost.waste_breakdown(store, start, end)),
-        ("cost", "period_summary by task_type", lambda: cost.period_summary(store, start, end, "task_type")),
-        ("cost", "period_summary by tenant", lambda: cost.period_summary(store, start, end, "tenant")),
-        ("cost", "period_summary by model", lambda: cost.period_summary(store, start, end, "model")),
         ("cost", "cpst_trend", lambda: cost.cpst_trend(store, start, end, bucket_c)),
         ("cost", "data_quality", lambda: cost.data_quality(store, start, end)),
         ("triangle", f"replica_windows ({tri_window} s, auto)",

@@ -9,10 +9,15 @@ range with no data (Streamlit, the router and the sidebar; no figures).
     .venv/bin/python benchmarks/bench_pages.py --url http://127.0.0.1:18501 --reps 5
     # or serve a (stopped) demo's data dir with `infercost dashboard` on a free port:
     .venv/bin/python benchmarks/bench_pages.py --data-dir .infercost --reps 5
+    # or bench_dashboard.py's store (data ends 2026-11-09), served on a free port by hand:
+    INFERCOST_CLICKHOUSE_URL=chdb://$PWD/benchmarks/results/dashboard_store_1000000 INFERCOST_DATABASE=bench \
+        .venv/bin/python -m infercost.cli dashboard --port 18502 &
+    .venv/bin/python benchmarks/bench_pages.py --url http://127.0.0.1:18502 --end 2026-11-09T00:00:00Z
 
 Each page is opened ``--reps`` times after one warm-up load (Streamlit's query caches then hold the
-results: the p95 is the viewer who opens a page someone opened within the cache TTL; ``--cold``
-clears them first: each load then runs every query).
+results: the p95 is the viewer who opens a page someone opened within the cache TTL; with ``--cold``
+every load ends its range one minute earlier than the load before, so no cached result fits and
+each load runs every query).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +104,8 @@ def main() -> None:
     ap.add_argument("--ranges", default="1h,7d")
     ap.add_argument("--pages", default=",".join(PAGES))
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a load counts as the timeout")
+    ap.add_argument("--end", help="end of every range, ISO UTC (default: the minute the run started)")
+    ap.add_argument("--cold", action="store_true", help="no load reuses a cached query result (see module doc)")
     args = ap.parse_args()
     if not args.url and not args.data_dir:
         ap.error("give --url or --data-dir")
@@ -117,14 +125,20 @@ def main() -> None:
             results["baseline (no data)"] = [timed(page, baseline_url, args.timeout) for _ in range(args.reps)]
             # Ranges pinned to the minute the run started: a range following the clock refreshes the live
             # page every 5 s, which would be measured instead of the page (and never settles on a busy machine).
-            end = time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime())
+            end = datetime.fromisoformat((args.end or time.strftime("%Y-%m-%dT%H:%M:00Z", time.gmtime()))
+                                         .replace("Z", "+00:00"))
+            shifts = iter(range(10_000))  # --cold: a new minute for every load
+
+            def target(path: str, rng: str) -> str:
+                at = end - timedelta(minutes=next(shifts)) if args.cold else end
+                sep = "&" if "?" in path else "?"
+                return f"{url}/{path}{sep}range={rng}&end={at.strftime('%Y-%m-%dT%H:%M:00Z')}"
+
             for rng in args.ranges.split(","):
                 for name in args.pages.split(","):
                     path = PAGES[name]
-                    sep = "&" if "?" in path else "?"
-                    target = f"{url}/{path}{sep}range={rng}&end={end}"
-                    timed(page, target, args.timeout)  # warm-up
-                    results[f"{name} {rng}"] = [timed(page, target, args.timeout) for _ in range(args.reps)]
+                    timed(page, target(path, rng), args.timeout)  # warm-up
+                    results[f"{name} {rng}"] = [timed(page, target(path, rng), args.timeout) for _ in range(args.reps)]
                     print(f"  {name} {rng}: {', '.join(f'{v:.2f}' for v in results[f'{name} {rng}'])} s", flush=True)
             browser.close()
     finally:

@@ -17,13 +17,16 @@ from schema.store import StoreError
 st.title("Cost per successful task")
 f = filters.current()
 
-if ui.optional_function("schema.queries.cost:period_summary") is None:
+if ui.optional_function("schema.queries.cost:period_summaries") is None:
     ui.empty_state("The cost engine is not installed in this build.")
     st.stop()
 
+BREAKDOWNS = ("task_type", "tenant", "model")
 try:
-    summary = costviews.summary_row(ui.query("schema.queries.cost:period_summary", f.start, f.end, None,
-                                             f.query_filters()))
+    # The headline and the three breakdowns in one query (each source read once for all four).
+    summaries = ui.query("schema.queries.cost:period_summaries", f.start, f.end, ("",) + BREAKDOWNS,
+                         f.query_filters())
+    summary = costviews.summary_row(summaries[""])
     prev_start = f.start - (f.end - f.start)
     previous = costviews.summary_row(ui.query("schema.queries.cost:period_summary", prev_start, f.start, None,
                                               f.query_filters()))
@@ -171,9 +174,9 @@ def details() -> None:
 
     st.subheader("By task type, tenant and model")
     tabs = st.tabs(["Task type", "Tenant", "Model"])
-    for tab, by in zip(tabs, ("task_type", "tenant", "model")):
+    for tab, by in zip(tabs, BREAKDOWNS):
         with tab:
-            df = ui.query("schema.queries.cost:period_summary", f.start, f.end, by, f.query_filters())
+            df = summaries[by]
             if not len(df):
                 ui.empty_state("No spend for these filters.")
                 continue

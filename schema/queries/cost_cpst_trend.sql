@@ -2,6 +2,8 @@
 -- Spend by minute (replica_minutes), successes by the minute tasks ended (tasks).
 -- by '' : spend and idle are the fleet's; otherwise a group's spend = its allocated cost plus a
 -- share of the bucket's idle proportional to that allocated cost.
+-- The three sources meet in one UNION ALL grouped by (bucket, group), each read once (ClickHouse
+-- inlines a CTE at every reference, so keys-then-joins read every source twice).
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -32,24 +34,34 @@ WITH
         WHERE minute >= p_start AND minute < p_end
         GROUP BY bucket, grp
     ),
-    keys AS (
-        SELECT bucket, grp FROM pieces
-        UNION DISTINCT SELECT bucket, '' AS grp FROM rm WHERE p_by = ''
-        UNION DISTINCT SELECT bucket, grp FROM tk
+    parts AS (
+        -- one row per source and key; the fleet's buckets are keys only when ungrouped
+        SELECT bucket, grp, alloc, 0 AS spend, 0 AS idle, 0 AS fleet_alloc, 0 AS successes, 0 AS slo_met, 1 AS is_key
+        FROM pieces
+        UNION ALL
+        SELECT bucket, '' AS grp, 0, b_spend, b_idle, b_alloc, 0, 0, toUInt8(p_by = '') FROM rm
+        UNION ALL
+        SELECT bucket, grp, 0, 0, 0, 0, successes, slo_met_tasks, 1 FROM tk
+    ),
+    merged AS (
+        SELECT bucket, grp,
+               sum(alloc) AS k_alloc, sum(successes) AS k_successes, sum(slo_met) AS k_slo_met, max(is_key) AS k_key,
+               -- the bucket's fleet figures on every key of the bucket
+               sum(sum(spend)) OVER (PARTITION BY bucket) AS b_spend,
+               sum(sum(idle)) OVER (PARTITION BY bucket) AS b_idle,
+               sum(sum(fleet_alloc)) OVER (PARTITION BY bucket) AS b_alloc
+        FROM parts
+        GROUP BY bucket, grp
     )
 SELECT
-    k.bucket AS bucket_start,
-    k.grp AS grp,
-    if(p_by = '', ifNull(rm.b_spend, 0),
-       ifNull(p.alloc, 0) + if(ifNull(rm.b_alloc, 0) > 0, rm.b_idle * ifNull(p.alloc, 0) / rm.b_alloc, 0)) AS spend_usd,
-    ifNull(p.alloc, 0) AS allocated_usd,
-    toUInt64(ifNull(tk.successes, 0)) AS successful_tasks,
-    toUInt64(ifNull(tk.slo_met_tasks, 0)) AS slo_met_tasks,
+    bucket AS bucket_start,
+    grp,
+    if(p_by = '', b_spend, k_alloc + if(b_alloc > 0, b_idle * k_alloc / b_alloc, 0)) AS spend_usd,
+    k_alloc AS allocated_usd,
+    toUInt64(k_successes) AS successful_tasks,
+    toUInt64(k_slo_met) AS slo_met_tasks,
     if(successful_tasks > 0, spend_usd / successful_tasks, NULL) AS cpst_usd,
     if(successful_tasks > 0, allocated_usd / successful_tasks, NULL) AS attributed_cpst_usd
-FROM keys AS k
-LEFT JOIN pieces AS p ON p.bucket = k.bucket AND p.grp = k.grp
-LEFT JOIN rm ON rm.bucket = k.bucket
-LEFT JOIN tk ON tk.bucket = k.bucket AND tk.grp = k.grp
+FROM merged
+WHERE k_key = 1
 ORDER BY bucket_start, grp
-SETTINGS join_use_nulls = 1

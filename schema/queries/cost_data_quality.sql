@@ -6,6 +6,7 @@
 -- minutes the replica was down, cached tokens estimated from the counter hit rate, calls whose
 -- evidence was a gateway or client span (no engine span), and minutes recomputed because their data
 -- arrived after the live window (late_minutes; replica '' = not tied to one replica).
+-- Each CTE is referenced once (ClickHouse inlines a CTE at every reference): FULL JOINs give the keys.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -43,7 +44,7 @@ WITH
         GROUP BY replica
     )
 SELECT
-    k.replica AS replica,
+    replica,
     toUInt64(ifNull(rm.up_minutes, 0)) AS up_minutes,
     toUInt64(ifNull(rm.span_tokens, 0)) AS span_tokens,
     if(ifNull(rm.counter_minutes, 0) > 0, rm.counter_tokens, NULL) AS counter_tokens,
@@ -59,9 +60,8 @@ SELECT
     toUInt64(ifNull(rm.cached_estimated, 0)) AS cached_estimated_tokens,
     toUInt64(ifNull(late.late_minutes, 0)) AS late_minutes_recomputed,
     ifNull(rm.spend, 0) AS spend_usd
-FROM (SELECT replica FROM rm UNION DISTINCT SELECT replica FROM ev UNION DISTINCT SELECT replica FROM late) AS k
-LEFT JOIN rm ON rm.replica = k.replica
-LEFT JOIN ev ON ev.replica = k.replica
-LEFT JOIN late ON late.replica = k.replica
+FROM rm
+FULL JOIN ev USING (replica)
+FULL JOIN late USING (replica)
 ORDER BY replica
 SETTINGS join_use_nulls = 1

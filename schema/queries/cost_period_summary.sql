@@ -1,55 +1,78 @@
--- Period summary of the cost model (DESIGN.md "Cost model") over [start, end), optionally grouped.
--- by: '' (one row) | 'task_type' | 'tenant' | 'model' | 'replica'. Filters: '' = all.
+-- Period summary of the cost model (DESIGN.md "Cost model") over [start, end), for one or more
+-- groupings at once: one row per (grouping, group). bys: any of '' (one row) | 'task_type' |
+-- 'tenant' | 'model' | 'replica'. Filters: '' = all.
 -- Spend is by minute (replica_minutes); categories by the minute the work ran (call_costs);
 -- tasks belong to the period in which they ended (tasks.minute).
--- Exact mode (no filter, by '' or 'replica'): spend and idle are the replica-minutes' own.
+-- Exact mode (no filter, grouping '' or 'replica'): spend and idle are the replica-minutes' own.
 -- Otherwise idle is shared among groups in proportion to their allocated cost, so groups add
 -- up to the fleet's spend; a group's spend = its allocated + its idle share.
+-- Each source is read once for every grouping: summed by the finest key (task type, tenant, model,
+-- replica when asked), then spread over the groupings (ARRAY JOIN over bys); each CTE is
+-- referenced once (ClickHouse inlines a CTE at every reference): the groups are the FULL JOIN of
+-- the parts.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
-    {by:String} AS p_by,
+    {bys:Array(String)} AS p_bys,
     {model:String} AS f_model,
     {tenant:String} AS f_tenant,
     {task_type:String} AS f_task_type,
-    (f_model = '' AND f_tenant = '' AND f_task_type = '' AND p_by IN ('', 'replica')) AS exact_mode,
+    (f_model = '' AND f_tenant = '' AND f_task_type = '') AS unfiltered,
     dateDiff('second', p_start, p_end) / 3600.0 AS hours,
-    pieces AS (
-        SELECT
-            multiIf(p_by = 'task_type', task_type, p_by = 'tenant', tenant_id, p_by = 'model', model,
-                    p_by = 'replica', replica, '') AS grp,
-            sum(cost_usd) AS pc_allocated_usd,
-            sumIf(cost_usd, category = 'useful') AS pc_useful_usd,
-            sumIf(cost_usd, category = 'retry_waste') AS pc_retry_waste_usd,
-            sumIf(cost_usd, category = 'failed_task_waste') AS pc_failed_task_waste_usd,
-            sumIf(cost_usd, category = 'pending') AS pc_pending_usd,
-            sumIf(cost_usd, category = 'unattributed') AS pc_unattributed_usd,
-            sumIf(cost_usd, category = 'unspanned') AS pc_unspanned_usd,
-            sumIf(cached_tokens, cached_estimated = 1) AS pc_cached_estimated_tokens,
-            sumIf(cost_usd, partial = 1) AS pc_partial_usd,
-            sumIf(output_tokens, partial = 1) AS pc_partial_tokens,
-            sum(requests) AS pc_requests,
-            sum(prompt_tokens) AS pc_prompt_tokens,
-            sum(cached_tokens) AS pc_cached_tokens,
-            sum(output_tokens) AS pc_output_tokens
+    fine AS (
+        -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
+        SELECT task_type, tenant_id, model, if(has(p_bys, 'replica'), replica, '') AS rep,
+            sum(cost_usd) AS f_allocated_usd,
+            sumIf(cost_usd, category = 'useful') AS f_useful_usd,
+            sumIf(cost_usd, category = 'retry_waste') AS f_retry_waste_usd,
+            sumIf(cost_usd, category = 'failed_task_waste') AS f_failed_task_waste_usd,
+            sumIf(cost_usd, category = 'pending') AS f_pending_usd,
+            sumIf(cost_usd, category = 'unattributed') AS f_unattributed_usd,
+            sumIf(cost_usd, category = 'unspanned') AS f_unspanned_usd,
+            sumIf(cached_tokens, cached_estimated = 1) AS f_cached_estimated_tokens,
+            sumIf(cost_usd, partial = 1) AS f_partial_usd,
+            sumIf(output_tokens, partial = 1) AS f_partial_tokens,
+            sum(requests) AS f_requests,
+            sum(prompt_tokens) AS f_prompt_tokens,
+            sum(cached_tokens) AS f_cached_tokens,
+            sum(output_tokens) AS f_output_tokens
         FROM call_costs
         WHERE minute >= p_start AND minute < p_end
           AND (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
-        GROUP BY grp
+        GROUP BY task_type, tenant_id, model, rep
+    ),
+    pieces AS (
+        SELECT
+            arrayJoin(p_bys) AS by_dim,
+            multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id, by_dim = 'model', model,
+                    by_dim = 'replica', rep, '') AS grp,
+            sum(f_allocated_usd) AS pc_allocated_usd,
+            sum(f_useful_usd) AS pc_useful_usd,
+            sum(f_retry_waste_usd) AS pc_retry_waste_usd,
+            sum(f_failed_task_waste_usd) AS pc_failed_task_waste_usd,
+            sum(f_pending_usd) AS pc_pending_usd,
+            sum(f_unattributed_usd) AS pc_unattributed_usd,
+            sum(f_unspanned_usd) AS pc_unspanned_usd,
+            sum(f_cached_estimated_tokens) AS pc_cached_estimated_tokens,
+            sum(f_partial_usd) AS pc_partial_usd,
+            sum(f_partial_tokens) AS pc_partial_tokens,
+            sum(f_requests) AS pc_requests,
+            sum(f_prompt_tokens) AS pc_prompt_tokens,
+            sum(f_cached_tokens) AS pc_cached_tokens,
+            sum(f_output_tokens) AS pc_output_tokens
+        FROM fine
+        GROUP BY by_dim, grp
     ),
     rm AS (
-        SELECT if(p_by = 'replica', replica, '') AS grp,
+        -- exact groupings only ('' and 'replica' without filters)
+        SELECT arrayJoin(arrayFilter(b -> b IN ('', 'replica'), p_bys)) AS by_dim,
+               if(by_dim = 'replica', replica, '') AS grp,
                sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle
         FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
-        GROUP BY grp
-    ),
-    tot AS (
-        SELECT sum(idle_usd) AS idle_total, sum(allocated_usd) AS alloc_total
-        FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
+        WHERE unfiltered AND minute >= p_start AND minute < p_end
+        GROUP BY by_dim, grp
     ),
     ended AS (
         SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts, step_calls, steps
@@ -59,40 +82,64 @@ WITH
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
     ),
-    task_replicas AS (
-        -- for by = 'replica': a task counts for every replica that ran one of its calls
-        SELECT DISTINCT task_id, replica
-        FROM call_costs
-        WHERE p_by = 'replica' AND minute >= p_start - INTERVAL 1 DAY AND minute < p_end
-          AND task_id IN (SELECT task_id FROM ended)
+    task_rows AS (
+        -- tasks counted by the finest key first, then spread over the groupings (replica apart)
+        SELECT arrayJoin(arrayFilter(b -> b != 'replica', p_bys)) AS by_dim,
+               toNullable(multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id,
+                                  by_dim = 'model', model, '')) AS grp,
+               n, ok, failed, abandoned, slo_ok, ok_attempts, ok_step_calls, ok_steps
+        FROM (
+            SELECT task_type, tenant_id, model,
+                   count() AS n,
+                   countIf(outcome = 'success') AS ok,
+                   countIf(outcome = 'failure') AS failed,
+                   countIf(outcome = 'abandoned') AS abandoned,
+                   countIf(outcome = 'success' AND slo_met = 1) AS slo_ok,
+                   sumIf(attempts, outcome = 'success') AS ok_attempts,
+                   sumIf(step_calls, outcome = 'success') AS ok_step_calls,
+                   sumIf(steps, outcome = 'success') AS ok_steps
+            FROM ended
+            GROUP BY task_type, tenant_id, model
+        )
+        UNION ALL
+        -- by replica: a task counts for every replica that ran one of its calls
+        SELECT 'replica' AS by_dim, tr.replica AS grp, 1, e.outcome = 'success', e.outcome = 'failure',
+               e.outcome = 'abandoned', e.outcome = 'success' AND e.slo_met = 1,
+               if(e.outcome = 'success', e.attempts, 0), if(e.outcome = 'success', e.step_calls, 0),
+               if(e.outcome = 'success', e.steps, 0)
+        FROM (SELECT * FROM ended WHERE has(p_bys, 'replica')) AS e
+        LEFT JOIN (
+            SELECT DISTINCT task_id, replica
+            FROM call_costs
+            WHERE has(p_bys, 'replica') AND minute >= p_start - INTERVAL 1 DAY AND minute < p_end
+              AND task_id IN (SELECT task_id FROM ended WHERE has(p_bys, 'replica'))
+        ) AS tr ON tr.task_id = e.task_id
     ),
     tk AS (
-        SELECT
-            multiIf(p_by = 'task_type', e.task_type, p_by = 'tenant', e.tenant_id, p_by = 'model', e.model,
-                    p_by = 'replica', tr.replica, '') AS grp,
-            count() AS tk_tasks,
-            countIf(e.outcome = 'success') AS tk_successful_tasks,
-            countIf(e.outcome = 'failure') AS tk_failed_tasks,
-            countIf(e.outcome = 'abandoned') AS tk_abandoned_tasks,
-            countIf(e.outcome = 'success' AND e.slo_met = 1) AS tk_slo_met_tasks,
-            sumIf(e.attempts, e.outcome = 'success') AS tk_success_attempts,
-            sumIf(e.step_calls, e.outcome = 'success') AS tk_success_step_calls,
-            sumIf(e.steps, e.outcome = 'success') AS tk_success_steps
-        FROM ended AS e
-        LEFT JOIN task_replicas AS tr ON tr.task_id = e.task_id
-        GROUP BY grp
+        SELECT by_dim, grp,
+            sum(n) AS tk_tasks,
+            sum(ok) AS tk_successful_tasks,
+            sum(failed) AS tk_failed_tasks,
+            sum(abandoned) AS tk_abandoned_tasks,
+            sum(slo_ok) AS tk_slo_met_tasks,
+            sum(ok_attempts) AS tk_success_attempts,
+            sum(ok_step_calls) AS tk_success_step_calls,
+            sum(ok_steps) AS tk_success_steps
+        FROM task_rows
+        GROUP BY by_dim, grp
     ),
-    groups AS (
-        SELECT grp FROM pieces
-        UNION DISTINCT SELECT grp FROM rm WHERE exact_mode
-        UNION DISTINCT SELECT grp FROM tk
-        UNION DISTINCT SELECT '' AS grp WHERE p_by = ''
-    )
+    tot AS (
+        SELECT sum(idle_usd) AS idle_total, sum(allocated_usd) AS alloc_total
+        FROM replica_minutes
+        WHERE minute >= p_start AND minute < p_end
+    ),
+    base AS (SELECT '' AS by_dim, toNullable('') AS grp WHERE has(p_bys, ''))
 SELECT
-    g.grp AS grp,
-    if(exact_mode, ifNull(rm.rm_spend, 0), ifNull(p.pc_allocated_usd, 0) + idle_usd) AS spend_usd,
+    by_dim,
+    grp,
+    if(unfiltered AND by_dim IN ('', 'replica'), ifNull(rm.rm_spend, 0), ifNull(p.pc_allocated_usd, 0) + idle_usd) AS spend_usd,
     ifNull(p.pc_allocated_usd, 0) AS allocated_usd,
-    if(exact_mode, ifNull(rm.rm_idle, 0),
+    if(unfiltered AND by_dim IN ('', 'replica'), ifNull(rm.rm_idle, 0),
        if(tot.alloc_total > 0, tot.idle_total * ifNull(p.pc_allocated_usd, 0) / tot.alloc_total, 0)) AS idle_usd,
     ifNull(p.pc_unattributed_usd, 0) AS unattributed_usd,
     ifNull(p.pc_unspanned_usd, 0) AS unspanned_usd,
@@ -123,10 +170,10 @@ SELECT
     if(ifNull(tk.tk_success_step_calls, 0) > 0,
        (ifNull(tk.tk_success_attempts, 0) - tk.tk_success_step_calls) / tk.tk_success_step_calls, NULL) AS retries_per_call,
     hours
-FROM groups AS g
-LEFT JOIN pieces AS p ON p.grp = g.grp
-LEFT JOIN rm ON rm.grp = g.grp
-LEFT JOIN tk ON tk.grp = g.grp
+FROM base
+FULL JOIN pieces AS p USING (by_dim, grp)
+FULL JOIN (SELECT by_dim, toNullable(grp) AS grp, rm_spend, rm_idle FROM rm) AS rm USING (by_dim, grp)
+FULL JOIN tk USING (by_dim, grp)
 CROSS JOIN tot
-ORDER BY spend_usd DESC, grp
+ORDER BY by_dim, spend_usd DESC, grp
 SETTINGS join_use_nulls = 1

@@ -2,6 +2,10 @@
 -- triangle. Throughput and latency from the engine's spans (llm_calls, calls that ENDED in the
 -- window: quantileExact = nearest rank), spend from replica_minutes, successful tasks = distinct
 -- tasks that succeeded (ended in the window) and ran a call on the replica.
+-- Each CTE is referenced once (ClickHouse inlines a CTE at every reference): the keys are the
+-- FULL JOIN of the parts. Successes: the window's successful tasks are the (small) right side of
+-- the join and the call pieces are probed against it, counted distinct per replica and window
+-- (a DISTINCT (task, replica) over every piece of the last day first was most of the query).
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -15,6 +19,9 @@ WITH
                quantileExact(0.99)(e2e_s) AS e2e_p99_s
         FROM llm_calls
         WHERE call_source = 'engine' AND end_time >= p_start AND end_time < p_end
+          -- the sort key is the start minute: bound the start by the day the successes look back
+          -- (a call ends after it starts; one running longer than a day is out of the triangle)
+          AND start_time >= p_start - INTERVAL 1 DAY AND start_time < p_end
         GROUP BY replica, window_start
     ),
     rm AS (
@@ -24,20 +31,21 @@ WITH
         WHERE minute >= p_start AND minute < p_end
         GROUP BY replica, window_start
     ),
+    ok AS (
+        SELECT task_id, minute FROM tasks
+        WHERE outcome = 'success' AND minute >= p_start AND minute < p_end
+    ),
     succ AS (
         SELECT c.replica AS replica, toStartOfInterval(t.minute, toIntervalSecond(p_win)) AS window_start,
-               uniqExact(t.task_id) AS successes
-        FROM (SELECT task_id, minute FROM tasks
-              WHERE outcome = 'success' AND minute >= p_start AND minute < p_end) AS t
-        INNER JOIN (SELECT DISTINCT task_id, replica FROM call_costs
-                    WHERE minute >= p_start - INTERVAL 1 DAY AND minute < p_end AND task_id != '') AS c
-            ON c.task_id = t.task_id
+               uniqExact(c.task_id) AS successes
+        FROM (SELECT task_id, replica FROM call_costs
+              WHERE minute >= p_start - INTERVAL 1 DAY AND minute < p_end AND task_id != '') AS c
+        INNER JOIN ok AS t ON c.task_id = t.task_id
         GROUP BY replica, window_start
-    ),
-    keys AS (SELECT replica, window_start FROM eng UNION DISTINCT SELECT replica, window_start FROM rm)
+    )
 SELECT
-    k.replica AS replica,
-    k.window_start AS window_start,
+    replica,
+    window_start,
     toUInt64(ifNull(eng.requests, 0)) AS requests,
     ifNull(eng.tokens, 0) / p_win AS throughput_tokens_per_s,
     ifNull(eng.out_tokens, 0) / p_win AS output_tokens_per_s,
@@ -49,9 +57,8 @@ SELECT
     ifNull(rm.idle, 0) AS idle_usd,
     if(successful_tasks > 0, spend_usd / successful_tasks, NULL) AS cpst_usd,
     rm.running AS running_requests_avg
-FROM keys AS k
-LEFT JOIN eng ON eng.replica = k.replica AND eng.window_start = k.window_start
-LEFT JOIN rm ON rm.replica = k.replica AND rm.window_start = k.window_start
-LEFT JOIN succ ON succ.replica = k.replica AND succ.window_start = k.window_start
+FROM eng
+FULL JOIN rm USING (replica, window_start)
+LEFT JOIN succ USING (replica, window_start)
 ORDER BY window_start, replica
 SETTINGS join_use_nulls = 1

@@ -7,16 +7,14 @@ WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
     pieces AS (
-        SELECT category, sum(cost_usd) AS usd, sum(requests) AS calls, sum(prompt_tokens + output_tokens) AS tokens
+        -- one read of the pieces: a partial piece counts in its category and in 'partial'
+        -- (partial tokens = the output tokens streamed before the call broke)
+        SELECT arrayJoin(if(partial = 1, [category, 'partial'], [category])) AS cat,
+               sum(cost_usd) AS usd, sum(requests) AS calls,
+               sum(if(cat = 'partial', toUInt64(output_tokens), prompt_tokens + output_tokens)) AS tokens
         FROM call_costs
         WHERE minute >= p_start AND minute < p_end
-        GROUP BY category
-    ),
-    part AS (
-        SELECT sumIf(cost_usd, partial = 1) AS usd, sumIf(requests, partial = 1) AS calls,
-               sumIf(output_tokens, partial = 1) AS tokens
-        FROM call_costs
-        WHERE minute >= p_start AND minute < p_end
+        GROUP BY cat
     ),
     rm AS (
         SELECT sum(spend_usd) AS spend, sum(idle_usd) AS idle, sumIf(idle_usd, up = 0) AS down,
@@ -32,14 +30,12 @@ WITH
 SELECT
     cats.category AS category,
     toUInt8(cats.category IN ('partial', 'down')) AS is_subset,
-    multiIf(cats.category = 'idle', rm.idle, cats.category = 'down', rm.down, cats.category = 'partial', part.usd,
-            ifNull(pieces.usd, 0)) AS usd,
+    multiIf(cats.category = 'idle', rm.idle, cats.category = 'down', rm.down, ifNull(pieces.usd, 0)) AS usd,
     if(rm.spend > 0, usd / rm.spend, NULL) AS share_of_spend,
-    toUInt64(multiIf(cats.category IN ('idle', 'down'), 0, cats.category = 'partial', part.calls, ifNull(pieces.calls, 0))) AS calls,
-    toUInt64(multiIf(cats.category IN ('idle', 'down'), 0, cats.category = 'partial', part.tokens, ifNull(pieces.tokens, 0))) AS tokens
+    toUInt64(if(cats.category IN ('idle', 'down'), 0, ifNull(pieces.calls, 0))) AS calls,
+    toUInt64(if(cats.category IN ('idle', 'down'), 0, ifNull(pieces.tokens, 0))) AS tokens
 FROM cats
-LEFT JOIN pieces ON pieces.category = cats.category
+LEFT JOIN pieces ON pieces.cat = cats.category
 CROSS JOIN rm
-CROSS JOIN part
 ORDER BY cats.ord
 SETTINGS join_use_nulls = 1

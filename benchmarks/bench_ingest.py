@@ -33,6 +33,13 @@ Measured in one run, on the same engine, each into a freshly migrated database:
 machine's drift hits each the same way); CPU-seconds per 100k spans are of this process (the
 embedded engine runs inside it, merges included), wall spans/s over the timed part.
 
+``--breakdown [--reps 5]`` prices parts of the insert: 102,400-span inserts alternated over databases
+of one engine (jobs stopped) that differ in one thing each: as migrated; without ``llm_calls_mv``;
+with ``llm_calls_mv`` writing into a Null table (its expressions without the ``llm_calls`` write
+and the rollups chained on it); with the decoder view writing int and double attribute values as
+'' instead of their decimal text (what turning numbers into strings costs). Prints median CPU-s
+per insert of each and the difference to the first.
+
 ``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
 table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
 up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert
@@ -314,6 +321,49 @@ def bench_dedup_cost(engine_dir: str, reps: int, per_insert_requests: int = 20) 
     print(f"    ratio after/before: {med['after'] / med['before']:.2f}")
 
 
+def bench_breakdown(engine_dir: str, reps: int) -> None:
+    from collectors.ingest import insert_trace_payloads
+    from schema import jobs
+    from schema.migrate import MIGRATIONS_DIR
+
+    sql = (MIGRATIONS_DIR / "0062_recreate_llm_calls_mv.sql").read_text()
+    calls_mv = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS llm_calls_mv"):].strip().rstrip(";")
+    sql = (MIGRATIONS_DIR / "0090_dedup_spans.sql").read_text()
+    decoder = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_traces_decode_mv"):
+                  sql.index("DROP VIEW IF EXISTS otlp_traces_in_mv")].strip().rstrip(";")
+    no_numbers = (decoder.replace("v.value = 'int_value', toString(v.int_value),", "v.value = 'int_value', '',")
+                  .replace("v.value = 'double_value', toString(v.double_value),", "v.value = 'double_value', '',"))
+    assert no_numbers != decoder, "decoder text changed: update --breakdown"
+    variants = {
+        "as migrated": [],
+        "without llm_calls_mv": ["DROP VIEW llm_calls_mv"],
+        "llm_calls_mv into Null": ["DROP VIEW llm_calls_mv", "CREATE TABLE llm_calls_null AS llm_calls ENGINE = Null",
+                                   calls_mv.replace("TO llm_calls", "TO llm_calls_null")],
+        "numbers not stringified": ["DROP VIEW otlp_traces_decode_mv", no_numbers],
+    }
+    stores = {}
+    for i, (name, statements) in enumerate(variants.items()):
+        stores[name] = store = fresh_store(engine_dir, f"bench_part_{i}")
+        jobs.stop(store)
+        for statement in statements:
+            store.command(statement, tag="bench.breakdown")
+    cpu: dict[str, list[float]] = {name: [] for name in stores}
+    seed = 1
+    for rep in range(reps):
+        order = list(stores.items())
+        for name, store in (order if rep % 2 == 0 else order[::-1]):
+            bodies = make_requests(max(1, 102_400 // SPANS_PER_REQUEST), seed=seed)
+            seed += 1
+            c0 = time.process_time()
+            insert_trace_payloads(store, bodies)
+            cpu[name].append(time.process_time() - c0)
+    med = {name: sorted(v)[len(v) // 2] for name, v in cpu.items()}
+    base = med["as migrated"]
+    print(f"  median CPU-s per 102,400-span insert, {reps} interleaved inserts each:")
+    for name, value in med.items():
+        print(f"    {name:26s} {value:6.3f}  ({value - base:+.3f} vs as migrated)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=102_400, help="spans for the end-to-end and direct runs")
@@ -321,11 +371,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the limit, decode+insert, end to end")
+    parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
-    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost")
+    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
     parser.add_argument("--batch-requests", type=int, default=20,
                         help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
     args = parser.parse_args()
+    if args.breakdown:
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
+            bench_breakdown(engine_dir, args.reps)
+        return
     if args.dedup_cost:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
             bench_dedup_cost(engine_dir, args.reps, args.batch_requests)

@@ -22,6 +22,24 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    batch size, in reverse order), as exporter retries and spool replays do; the store must drop
    every one (migration 0090: ``otel_traces`` keeps its count) — timed like (2).
 
+5. **ClickHouse's own limit** (parse + flatten): the same request bodies, in the same batches as
+   (2), inserted into ``otlp_traces_in`` of a database whose span chain is cut right after the
+   decoder view (``otlp_traces_decode_mv`` writes exporter rows into the Null table
+   ``otlp_spans_in`` and nothing reads them): protobuf parse + flatten to one row per span, no
+   dedup, no table write, no chained views; and **parse** alone (the decoder view dropped too).
+   Ingest cannot be faster than this on the same engine, so (1) and (2) are printed as a ratio to it.
+
+``--rounds N`` (default 3) repeats (5), (2) and (1) alternately N times and prints medians (a shared
+machine's drift hits each the same way); CPU-seconds per 100k spans are of this process (the
+embedded engine runs inside it, merges included), wall spans/s over the timed part.
+
+``--breakdown [--reps 5]`` prices parts of the insert: 102,400-span inserts alternated over databases
+of one engine (jobs stopped) that differ in one thing each: as migrated; without ``llm_calls_mv``;
+with ``llm_calls_mv`` writing into a Null table (its expressions without the ``llm_calls`` write
+and the rollups chained on it); with the decoder view writing int and double attribute values as
+'' instead of their decimal text (what turning numbers into strings costs). Prints median CPU-s
+per insert of each and the difference to the first.
+
 ``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
 table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
 up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert
@@ -124,7 +142,8 @@ def fresh_store(engine_dir: str, name: str):
     return store
 
 
-def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flight: int) -> float:
+def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flight: int) -> tuple[float, float]:
+    """(1): returns (spans/s wall, receiver-process CPU-s per 100k spans)."""
     from collectors.receiver import Receiver, ReceiverConfig
 
     store = fresh_store(engine_dir, "bench_e2e")
@@ -157,10 +176,11 @@ def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flig
           f"{stats.inserts} inserts ({stats.insert_seconds:.2f} s inside inserts); "
           f"{len(other)} back-pressure answers retried")
     store.command("DROP DATABASE bench_e2e SYNC", tag="bench.drop")
-    return expected / elapsed
+    return expected / elapsed, cpu * 100_000 / expected
 
 
-def bench_decode_insert(engine_dir: str, bodies: list[bytes]) -> float:
+def bench_decode_insert(engine_dir: str, bodies: list[bytes], duplicates: bool = True) -> tuple[float, float]:
+    """(2) and, with ``duplicates``, (4): returns (spans/s wall, CPU-s per 100k spans) of (2)."""
     from collectors.ingest import insert_trace_payloads
     from collectors.otlp_traces import prepare_traces
 
@@ -180,7 +200,7 @@ def bench_decode_insert(engine_dir: str, bodies: list[bytes]) -> float:
           f"{cpu:.2f} CPU-s ({total / cpu:,.0f} spans/CPU-s)")
     has_dedup = store.scalar("SELECT count() FROM system.tables WHERE database = currentDatabase() "
                              "AND name = 'otel_span_keys'", tag="bench.count")
-    if has_dedup:
+    if has_dedup and duplicates:
         cpu0 = time.process_time()
         started = time.perf_counter()
         again = list(reversed(payloads))
@@ -193,7 +213,33 @@ def bench_decode_insert(engine_dir: str, bodies: list[bytes]) -> float:
         print(f"  duplicates: {total} spans re-sent in smaller batches, all dropped (otel_traces {after}, "
               f"llm_calls {calls}) in {dup_elapsed:.2f} s wall, {dup_cpu:.2f} CPU-s")
     store.command("DROP DATABASE bench_direct SYNC", tag="bench.drop")
-    return total / elapsed
+    return total / elapsed, cpu * 100_000 / total
+
+
+def bench_limit(engine_dir: str, bodies: list[bytes], flatten: bool = True) -> tuple[float, float]:
+    """(5): ClickHouse's parse (+ flatten) of the same bodies in the same batches as (2).
+
+    Returns (spans/s wall, CPU-s per 100k spans). ``flatten=False``: parse alone.
+    """
+    from collectors.ingest import insert_trace_payloads
+
+    store = fresh_store(engine_dir, "bench_limit")
+    store.command("DROP VIEW otlp_spans_dedup_mv", tag="bench.limit")  # the chain ends at the decoder
+    if not flatten:
+        store.command("DROP VIEW otlp_traces_decode_mv", tag="bench.limit")
+    per_insert = max(1, 100_000 // SPANS_PER_REQUEST)
+    cpu0 = time.process_time()
+    started = time.perf_counter()
+    for i in range(0, len(bodies), per_insert):
+        insert_trace_payloads(store, bodies[i:i + per_insert])
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu0
+    total = len(bodies) * SPANS_PER_REQUEST
+    assert store.scalar("SELECT count() FROM otel_traces", tag="bench.count") == 0
+    print(f"  {'parse + flatten' if flatten else 'parse only'}: {total} spans in {elapsed:.2f} s wall, "
+          f"{cpu:.2f} CPU-s ({total / cpu:,.0f} spans/CPU-s)")
+    store.command("DROP DATABASE bench_limit SYNC", tag="bench.drop")
+    return total / elapsed, cpu * 100_000 / total
 
 
 def bench_naive(engine_dir: str, bodies: list[bytes]) -> float:
@@ -275,17 +321,66 @@ def bench_dedup_cost(engine_dir: str, reps: int, per_insert_requests: int = 20) 
     print(f"    ratio after/before: {med['after'] / med['before']:.2f}")
 
 
+def bench_breakdown(engine_dir: str, reps: int) -> None:
+    from collectors.ingest import insert_trace_payloads
+    from schema import jobs
+    from schema.migrate import MIGRATIONS_DIR
+
+    sql = (MIGRATIONS_DIR / "0062_recreate_llm_calls_mv.sql").read_text()
+    calls_mv = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS llm_calls_mv"):].strip().rstrip(";")
+    sql = (MIGRATIONS_DIR / "0090_dedup_spans.sql").read_text()
+    decoder = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_traces_decode_mv"):
+                  sql.index("DROP VIEW IF EXISTS otlp_traces_in_mv")].strip().rstrip(";")
+    no_numbers = (decoder.replace("v.value = 'int_value', toString(v.int_value),", "v.value = 'int_value', '',")
+                  .replace("v.value = 'double_value', toString(v.double_value),", "v.value = 'double_value', '',"))
+    assert no_numbers != decoder, "decoder text changed: update --breakdown"
+    variants = {
+        "as migrated": [],
+        "without llm_calls_mv": ["DROP VIEW llm_calls_mv"],
+        "llm_calls_mv into Null": ["DROP VIEW llm_calls_mv", "CREATE TABLE llm_calls_null AS llm_calls ENGINE = Null",
+                                   calls_mv.replace("TO llm_calls", "TO llm_calls_null")],
+        "numbers not stringified": ["DROP VIEW otlp_traces_decode_mv", no_numbers],
+    }
+    stores = {}
+    for i, (name, statements) in enumerate(variants.items()):
+        stores[name] = store = fresh_store(engine_dir, f"bench_part_{i}")
+        jobs.stop(store)
+        for statement in statements:
+            store.command(statement, tag="bench.breakdown")
+    cpu: dict[str, list[float]] = {name: [] for name in stores}
+    seed = 1
+    for rep in range(reps):
+        order = list(stores.items())
+        for name, store in (order if rep % 2 == 0 else order[::-1]):
+            bodies = make_requests(max(1, 102_400 // SPANS_PER_REQUEST), seed=seed)
+            seed += 1
+            c0 = time.process_time()
+            insert_trace_payloads(store, bodies)
+            cpu[name].append(time.process_time() - c0)
+    med = {name: sorted(v)[len(v) // 2] for name, v in cpu.items()}
+    base = med["as migrated"]
+    print(f"  median CPU-s per 102,400-span insert, {reps} interleaved inserts each:")
+    for name, value in med.items():
+        print(f"    {name:26s} {value:6.3f}  ({value - base:+.3f} vs as migrated)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--spans", type=int, default=102_400, help="spans for the end-to-end and direct runs")
     parser.add_argument("--naive-spans", type=int, default=20_480, help="spans for the naive baseline")
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the limit, decode+insert, end to end")
+    parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
-    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost")
+    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
     parser.add_argument("--batch-requests", type=int, default=20,
                         help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
     args = parser.parse_args()
+    if args.breakdown:
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
+            bench_breakdown(engine_dir, args.reps)
+        return
     if args.dedup_cost:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
             bench_dedup_cost(engine_dir, args.reps, args.batch_requests)
@@ -294,16 +389,38 @@ def main() -> None:
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)
     bodies = make_requests(n_requests)
     naive_bodies = bodies[: max(1, args.naive_spans // SPANS_PER_REQUEST)]
-    print(f"{os.cpu_count()} CPUs; body {len(bodies[0])} bytes ({len(bodies[0]) / SPANS_PER_REQUEST:.0f} B/span)")
+    print(f"{os.cpu_count()} CPUs; body {len(bodies[0])} bytes ({len(bodies[0]) / SPANS_PER_REQUEST:.0f} B/span); "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    runs: dict[str, list[tuple[float, float]]] = {"parse": [], "limit": [], "direct": [], "e2e": []}
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
         naive = bench_naive(engine_dir, naive_bodies)
-        direct = bench_decode_insert(engine_dir, bodies)
-        e2e = bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight)
-    print()
-    print(f"naive per-span Python loop + insert : {naive:10,.0f} spans/s  (baseline)")
-    print(f"decode + insert (ClickHouse decodes): {direct:10,.0f} spans/s  ({direct / naive:.1f}x baseline)")
-    print(f"end to end over OTLP/HTTP           : {e2e:10,.0f} spans/s  ({e2e / naive:.1f}x baseline)")
+        for rnd in range(args.rounds):
+            print(f"round {rnd + 1}/{args.rounds}", flush=True)
+            runs["parse"].append(bench_limit(engine_dir, bodies, flatten=False))
+            runs["limit"].append(bench_limit(engine_dir, bodies))
+            runs["direct"].append(bench_decode_insert(engine_dir, bodies, duplicates=rnd == 0))
+            runs["e2e"].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight))
 
+    def med(name: str, k: int) -> float:
+        values = sorted(r[k] for r in runs[name])
+        return values[len(values) // 2]
+
+    limit, limit_cpu = med("limit", 0), med("limit", 1)
+    print()
+    print(f"medians of {args.rounds} alternating rounds; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'':38s} {'spans/s':>10s}  {'CPU-s/100k':>10s}  {'x limit (wall)':>14s}  {'x limit (CPU)':>13s}")
+    rows = [("naive per-span Python loop + insert", naive, None),
+            ("ClickHouse parse only", med("parse", 0), med("parse", 1)),
+            ("ClickHouse parse + flatten (limit)", limit, limit_cpu),
+            ("decode + insert (ClickHouse decodes)", med("direct", 0), med("direct", 1)),
+            ("end to end over OTLP/HTTP", med("e2e", 0), med("e2e", 1))]
+    for label, rate, cpu in rows:
+        cpu_text = f"{cpu:10.2f}" if cpu is not None else f"{'':10s}"
+        ratio_cpu = f"{limit_cpu / cpu:13.2f}" if cpu is not None else f"{'':13s}"
+        print(f"{label:38s} {rate:10,.0f}  {cpu_text}  {rate / limit:14.2f}  {ratio_cpu}")
+    print(f"end to end / parse + flatten: {med('e2e', 0) / limit:.2f}x wall, {limit_cpu / med('e2e', 1):.2f}x per CPU-s "
+          f"(goal >= 0.8x); {med('e2e', 0) / naive:.1f}x the naive loop")
 
 if __name__ == "__main__":
     main()

@@ -16,6 +16,7 @@ the data, and each client keeps its own current database, which is how tests iso
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -161,14 +162,36 @@ class Store:
         validate_identifier(table)
         return self._call(tag, self.client.insert_df, table, df, settings=settings)
 
-    def raw_insert(self, table: str, data: bytes, fmt: str, *, tag: str, settings: dict | None = None):
+    def raw_insert(self, table: str, data, fmt: str, *, tag: str, settings: dict | None = None):
         """Insert ``data`` already encoded in ClickHouse input format ``fmt`` (e.g. ``Protobuf``) into ``table``.
 
-        The server (or the embedded engine) decodes the bytes; used by the OTLP receiver to let
-        ClickHouse decode protobuf requests itself.
+        ``data``: bytes, or a sequence of bytes-like chunks that together form the input (written
+        one after the other, never joined in memory on the embedded store). The server (or the
+        embedded engine) decodes the bytes; used by the OTLP receiver to let ClickHouse decode
+        protobuf requests itself. On the embedded store (Linux) the chunks go into an anonymous
+        in-memory file (``memfd``) read with ``INSERT … FROM INFILE``, instead of the client
+        library's copy into a temporary file on disk.
         """
         validate_identifier(table)
+        validate_identifier(fmt)
+        if self.embedded and hasattr(os, "memfd_create"):
+            return self._call(tag, self._raw_insert_memfd, table, data, fmt, settings=settings)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            data = b"".join(data)
         return self._call(tag, self.client.raw_insert, table, None, data, fmt=fmt, settings=settings)
+
+    def _raw_insert_memfd(self, table: str, data, fmt: str, *, settings: dict):
+        chunks = [data] if isinstance(data, (bytes, bytearray, memoryview)) else data
+        fd = os.memfd_create("infercost-insert", os.MFD_CLOEXEC)
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+            return self.client.command(f"INSERT INTO `{table}` FROM INFILE '/proc/self/fd/{fd}' FORMAT {fmt}",
+                                       settings=settings)
+        finally:
+            os.close(fd)
 
     def ping(self) -> bool:
         """True if the store answers ``SELECT 1``."""

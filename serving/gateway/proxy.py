@@ -64,6 +64,7 @@ PROXIED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_comple
 RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 # Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
 FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
+_USAGE_OPTIONS = b', "stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
 
 
 class Gateway(RelayMixin):
@@ -193,10 +194,9 @@ class Gateway(RelayMixin):
             stream = bool(request.get("stream"))
             client_usage = True
             if stream:
-                body, client_usage = _ask_usage(request)
-            if model:
-                span.set_attribute(sc.GEN_AI_REQUEST_MODEL, str(model))
-            span.set_attribute(sc.GEN_AI_REQUEST_STREAM, stream)
+                body, client_usage = _ask_usage(request, body)
+            span.set_attributes({sc.GEN_AI_REQUEST_MODEL: str(model), sc.GEN_AI_REQUEST_STREAM: stream} if model
+                                else {sc.GEN_AI_REQUEST_STREAM: stream})
             try:
                 await self.admission.acquire(priority)
             except Rejected as rej:
@@ -260,8 +260,7 @@ class Gateway(RelayMixin):
                                                attributes=aattrs)
                 up_headers = dict(base_headers)
                 inject_headers(up_headers, trace.set_span_in_context(aspan, ctx))
-                span.set_attribute(sc.GATEWAY_REPLICA, replica.replica_id)
-                span.set_attribute(sc.GATEWAY_RETRIES, retries)
+                span.set_attributes({sc.GATEWAY_REPLICA: replica.replica_id, sc.GATEWAY_RETRIES: retries})
                 watch = AttemptWatch(asyncio.current_task(), stream, cfg.first_byte_timeout_s, cfg.chunk_timeout_s,
                                      cfg.response_timeout_s)
                 current[0] = watch
@@ -269,7 +268,7 @@ class Gateway(RelayMixin):
                 replica.inflight += 1
                 try:
                     outcome = await self._one_attempt(send, span, aspan, replica, up_headers, body, stream, received_at,
-                                                      watch, operation, client_usage)
+                                                      watch, operation, client_usage, attempt)
                 except AttemptFailed as exc:
                     failure = exc
                     self._record_replica(replica, aspan, ok=not exc.replica_fault)
@@ -353,7 +352,7 @@ class Gateway(RelayMixin):
         await respond(send, status, payload, extra=extra)
 
     async def _one_attempt(self, send, span, aspan, replica, up_headers, body, stream, received_at, watch,
-                           operation, client_usage: bool = True) -> str | None:
+                           operation, client_usage: bool = True, attempt: int = 1) -> str | None:
         """Run one upstream attempt. Raises AttemptFailed before the first byte reached the client (or
         ClientGone); after that returns None (clean end) or an error.type (the stream broke)."""
         url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
@@ -385,7 +384,7 @@ class Gateway(RelayMixin):
             if resp.content_type != "text/event-stream":
                 raise AttemptFailed("upstream_malformed", status, True)
             outcome = await self._relay_stream(send, span, aspan, resp, received_at, replica.replica_id, watch,
-                                               pre_s if aspan_attempt(aspan) == 1 else None, client_usage)
+                                               pre_s if attempt == 1 else None, client_usage)
             clean = outcome is None
             return outcome
         except asyncio.CancelledError:
@@ -405,20 +404,19 @@ class Gateway(RelayMixin):
                     resp.close()
 
 
-def _ask_usage(request: dict) -> tuple[bytes, bool]:
+def _ask_usage(request: dict, body: bytes) -> tuple[bytes, bool]:
     """The upstream body of a streamed request: ``stream_options`` with ``include_usage`` and
     ``continuous_usage_stats`` (vLLM: usage on every chunk, cumulative), so prompt tokens are known
     from the first chunk. Returns (body, whether the client itself asked for usage)."""
     options = request.get("stream_options")
+    if options is None and "stream_options" not in request:
+        # The common case: splice the options into the client's own bytes (no re-encoding; the
+        # parsed object gains the same last key as the encoding branch below).
+        return body.rstrip()[:-1] + _USAGE_OPTIONS, False
     options = dict(options) if isinstance(options, dict) else {}
     client_usage = bool(options.get("include_usage"))
     options.update(include_usage=True, continuous_usage_stats=True)
     return json.dumps({**request, "stream_options": options}).encode(), client_usage
-
-
-def aspan_attempt(aspan) -> int:
-    attrs = getattr(aspan, "attributes", None) or {}
-    return int(attrs.get(sc.GATEWAY_ATTEMPT, 1))
 
 
 async def _read_quietly(resp: aiohttp.ClientResponse) -> bytes:

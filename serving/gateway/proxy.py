@@ -55,7 +55,7 @@ from serving.gateway.relay import SSE_HEADERS, AttemptFailed, ClientGone, RelayM
 from serving.gateway.sse import error_body, read_body, respond, retry_after_value
 from serving.gateway.stats import GatewayStats, make_registry
 from serving.gateway.watchdog import AttemptWatch, take_cancellation, watchdog_loop
-from serving.sdk.context import extract, inject_headers, task_attributes
+from serving.sdk.context import PROPAGATOR, inject_headers, task_attributes
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class Gateway(RelayMixin):
         received_at = time.monotonic()
         body = await read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        ctx = extract(headers)
+        ctx = PROPAGATOR.extract(headers)  # extract() without its re-lowering: the keys are lower-case
         task_attrs = task_attributes(ctx)
         cfg, stats = self.config, self.stats
         priority = task_attrs.get(sc.TENANT_PRIORITY) or headers.get("x-priority") or cfg.default_priority

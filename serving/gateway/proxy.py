@@ -51,6 +51,7 @@ from serving.gateway.budget import RetryBudget
 from serving.gateway.config import GatewayConfig
 from serving.gateway.routing import Router
 from serving.gateway.scraper import scrape_loop
+from serving.gateway.spans import SpanFactory
 from serving.gateway.relay import SSE_HEADERS, AttemptFailed, ClientGone, RelayMixin, end_error, error_event
 from serving.gateway.sse import error_body, read_body, respond, retry_after_value
 from serving.gateway.stats import GatewayStats, make_registry
@@ -79,6 +80,7 @@ class Gateway(RelayMixin):
         config.validate()
         self.config = config
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        self.spans = SpanFactory(self.tracer)
         self.router = Router(config.upstreams, config.policy, config.eject_after_failures, config.eject_s,
                              max_ejection_s=config.max_ejection_s, max_ejection_percent=config.max_ejection_percent)
         self.budget = RetryBudget(config.retry_budget_ratio, config.retry_budget_window_s, config.retry_budget_min)
@@ -178,7 +180,7 @@ class Gateway(RelayMixin):
         cfg, stats = self.config, self.stats
         priority = task_attrs.get(sc.TENANT_PRIORITY) or headers.get("x-priority") or cfg.default_priority
         attrs = {sc.GEN_AI_OPERATION_NAME: operation, sc.GATEWAY_POLICY: cfg.policy, **task_attrs}
-        span = self.tracer.start_span("gateway chat", kind=SpanKind.SERVER, context=ctx, attributes=attrs)
+        span = self.spans.start("gateway chat", SpanKind.SERVER, ctx, attrs)
         self.active_requests += 1
         try:
             try:
@@ -256,8 +258,7 @@ class Gateway(RelayMixin):
                           sc.GATEWAY_POLICY: cfg.policy, sc.GEN_AI_OPERATION_NAME: operation, **task_attrs}
                 if model:
                     aattrs[sc.GEN_AI_REQUEST_MODEL] = str(model)
-                aspan = self.tracer.start_span("gateway.attempt", kind=SpanKind.CLIENT, context=parent_ctx,
-                                               attributes=aattrs)
+                aspan = self.spans.start("gateway.attempt", SpanKind.CLIENT, parent_ctx, aattrs)
                 up_headers = dict(base_headers)
                 inject_headers(up_headers, trace.set_span_in_context(aspan, ctx))
                 span.set_attributes({sc.GATEWAY_REPLICA: replica.replica_id, sc.GATEWAY_RETRIES: retries})

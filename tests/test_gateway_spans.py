@@ -71,3 +71,17 @@ def test_unsampled_parent_and_foreign_tracers():
     noop = SpanFactory(trace.NoOpTracer())
     assert not noop.light
     assert not noop.start("gateway chat", SpanKind.SERVER, None, {}).is_recording()
+
+
+def test_a_custom_sampler_decides():
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, TraceIdRatioBased
+
+    for sampler, recorded in ((ALWAYS_OFF, 0), (TraceIdRatioBased(1.0), 1)):
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider(sampler=sampler)
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        factory = SpanFactory(provider.get_tracer("g"))
+        span = factory.start("gateway chat", SpanKind.SERVER, None, {"a": 1})
+        span.end()
+        assert len(exporter.get_finished_spans()) == recorded
+        assert span.get_span_context().trace_flags.sampled == bool(recorded)

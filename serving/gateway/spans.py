@@ -20,6 +20,7 @@ import time
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Tracer as SdkTracer
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
@@ -126,18 +127,25 @@ class SpanFactory:
             trace_id = self.ids.generate_trace_id()
         else:
             trace_id = parent.trace_id
-        result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
-        flags = _SAMPLED if result.decision.is_sampled() else _NOT_SAMPLED
+        if self.sampler is DEFAULT_ON:
+            # The SDK's default sampler, decided inline: a parent's flag, else sample (its result, field by field).
+            sampled = parent is None or parent.trace_flags.sampled
+            recording, trace_state = sampled, parent.trace_state if parent is not None else None
+            given = attributes if sampled else None
+        else:
+            result = self.sampler.should_sample(context, trace_id, name, kind, attributes, ())
+            sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
+            trace_state, given = result.trace_state, result.attributes
+        flags = _SAMPLED if sampled else _NOT_SAMPLED
         random_id = parent.trace_flags.random_trace_id if parent is not None else self.ids.is_trace_id_random()
         if random_id:
             flags = TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID)
         span_context = SpanContext(trace_id, self.ids.generate_span_id(), is_remote=False, trace_flags=flags,
-                                   trace_state=result.trace_state)
-        if not result.decision.is_recording():
+                                   trace_state=trace_state)
+        if not recording:
             return NonRecordingSpan(span_context)
         # As the SDK: the span starts with the attributes the sampler returned (AlwaysOn / ParentBased: the given ones).
-        attrs = {k: tuple(v) if v.__class__ is list else v for k, v in result.attributes.items()} \
-            if result.attributes else {}
+        attrs = {k: tuple(v) if v.__class__ is list else v for k, v in given.items()} if given else {}
         span = LightSpan(self, name, span_context, parent, kind, attrs, time.time_ns())
         self.processor.on_start(span, parent_context=context)
         return span

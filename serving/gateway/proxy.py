@@ -41,6 +41,7 @@ import logging
 import time
 
 import aiohttp
+import yarl
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -93,6 +94,7 @@ class Gateway(RelayMixin):
         self._scraper: asyncio.Task | None = None
         self._watches: set[AttemptWatch] = set()  # attempts in flight (timeouts, disconnects)
         self._watchdog: asyncio.Task | None = None
+        self._urls: dict[tuple[str, str], yarl.URL] = {}
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -105,8 +107,11 @@ class Gateway(RelayMixin):
         # the watchdog's (one task, no timer per chunk).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s, sock_read=None)
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0, enable_cleanup_closed=False)
+        # DummyCookieJar: a proxy keeps no cookies (one client's Set-Cookie must never ride along on
+        # another client's request), and the jar's per-request filtering is CPU on the hot path.
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,
-                                            auto_decompress=False, skip_auto_headers=("User-Agent",))
+                                            auto_decompress=False, skip_auto_headers=("User-Agent",),
+                                            cookie_jar=aiohttp.DummyCookieJar())
         if self.config.policy == "least_loaded":
             self._scraper = asyncio.create_task(scrape_loop(self.client, self.router, self.config.scrape_interval_s),
                                                 name="gateway-scraper")
@@ -356,7 +361,10 @@ class Gateway(RelayMixin):
                            operation, client_usage: bool = True, attempt: int = 1) -> str | None:
         """Run one upstream attempt. Raises AttemptFailed before the first byte reached the client (or
         ClientGone); after that returns None (clean end) or an error.type (the stream broke)."""
-        url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
+        url = self._urls.get((replica.replica_id, operation))
+        if url is None:  # parsed once per replica and path, not per request
+            url = self._urls[(replica.replica_id, operation)] = yarl.URL(
+                replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions"))
         # Gateway time before the upstream request leaves: body read, parsing, admission, routing, spans.
         pre_s = time.monotonic() - received_at
         resp = None

@@ -22,30 +22,14 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from serving.emulator.pbenc import ld as _ld, varint  # the wire primitives the simulators' encoder uses
+
 _CACHE_MAX = 8192  # encoded (key, value) pairs kept; cleared when full
 _kv_cache: dict[tuple, bytes] = {}
 _head_cache: dict[tuple, bytes] = {}  # (resource, scope) -> encoded Resource / InstrumentationScope (+ schema urls)
 _pack_d = struct.Struct("<d").pack
 _pack_q = struct.Struct("<Q").pack
 _pack_i = struct.Struct("<I").pack
-
-
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n += 1 << 64  # int64: two's complement, ten bytes
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _ld(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field: ``tag`` is the already shifted key byte (field << 3 | 2), field < 16."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
 
 
 def _any_value(value) -> bytes:
@@ -57,7 +41,7 @@ def _any_value(value) -> bytes:
     if isinstance(value, str):
         return _ld(0x0A, value.encode())
     if isinstance(value, int):
-        return b"\x18" + _varint(value)
+        return b"\x18" + varint(value)
     if isinstance(value, float):
         return b"\x21" + _pack_d(value)
     if isinstance(value, bytes):
@@ -109,25 +93,25 @@ def _span(span) -> bytes:
     if span.name:
         parts.append(_ld(0x2A, span.name.encode()))
     kind = span.kind.value + 1  # SDK INTERNAL=0.. -> SPAN_KIND_INTERNAL=1..
-    parts.append(b"\x30" + _varint(kind))
+    parts.append(b"\x30" + varint(kind))
     if span.start_time:
         parts.append(b"\x39" + _pack_q(span.start_time))
     if span.end_time:
         parts.append(b"\x41" + _pack_q(span.end_time))
     parts.append(_attributes(0x4A, span.attributes))
     if span.dropped_attributes:
-        parts.append(b"\x50" + _varint(span.dropped_attributes))
+        parts.append(b"\x50" + varint(span.dropped_attributes))
     if span.dropped_events:
-        parts.append(b"\x60" + _varint(span.dropped_events))
+        parts.append(b"\x60" + varint(span.dropped_events))
     if span.dropped_links:
-        parts.append(b"\x70" + _varint(span.dropped_links))
+        parts.append(b"\x70" + varint(span.dropped_links))
     status = span.status
     if status is not None:
         payload = b""
         if status.description:
             payload += _ld(0x12, status.description.encode())
         if status.status_code.value:
-            payload += b"\x18" + _varint(status.status_code.value)
+            payload += b"\x18" + varint(status.status_code.value)
         parts.append(_ld(0x7A, payload))
     flags = 0x100 | (0x200 if parent is not None and parent.is_remote else 0)
     parts.append(b"\x85\x01" + _pack_i(flags))  # field 16, fixed32

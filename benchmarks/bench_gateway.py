@@ -1,7 +1,7 @@
 """Gateway overhead: infercost's gateway vs vllm-router vs direct-to-replica, alternated over rounds, one run.
 
-Run:  PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py            (about 6 minutes)
-      PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py --quick    (about 2 minutes)
+Run:  PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py            (about 3 minutes)
+      PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py --quick    (about 1.5 minutes)
 
 vllm-router (PyPI ``vllm-router``, the Rust router in a Python launcher) is a benchmark-only
 comparison, not a project dependency: ``.venv/bin/pip install vllm-router``. Without it the router

@@ -1,26 +1,29 @@
-"""Gateway overhead: infercost's gateway vs direct-to-replica vs vllm-router, on the same replicas, one run.
+"""Gateway overhead: infercost's gateway vs vllm-router vs direct-to-replica, alternated over rounds, one run.
 
-Run:  .venv/bin/python benchmarks/bench_gateway.py            (about 3 minutes)
-      .venv/bin/python benchmarks/bench_gateway.py --quick    (about 1 minute, fewer requests)
+Run:  PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py            (about 3 minutes)
+      PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py --quick    (about 1.5 minutes)
 
-vllm-router (PyPI ``vllm-router``, the Rust router) is a benchmark-only comparison, not a project
-dependency: ``.venv/bin/pip install vllm-router``. Without it the router rows are skipped.
+vllm-router (PyPI ``vllm-router``, the Rust router in a Python launcher) is a benchmark-only
+comparison, not a project dependency: ``.venv/bin/pip install vllm-router``. Without it the router
+rows are skipped.
 
-What it measures, each target fed by the same load generator:
-1. Added latency to the first token: TTFT (request sent -> first chunk carrying a token) of
-   streamed chat completions on 2 emulated vLLM replicas (``serving.emulator``, H100 / Llama-3.1-8B
-   profile), at 1, 64 and 256 concurrent streams (closed loop); reported as p50/p99 and as the
-   difference to direct-to-replica (the client round-robins the replicas itself). Because that
-   difference also carries CPU contention between the processes, the gateway's own measurement of
-   the latency it adds (``infercost_gateway_overhead_seconds``) is reported beside it.
+Every round runs the three targets — ``direct`` (the load generator round-robins the replicas
+itself), ``gateway`` (``infercost gateway``, spans ON, exported to a local OTLP sink that answers
+200) and ``vllm-router`` — one after the other on the same upstreams, the order rotated each round,
+so a load spike from other work on the machine hits every target alike. Per target and round:
+
+1. TTFT (request sent -> first chunk carrying a token) of streamed chat completions (32-word
+   prompt, 16 output tokens) on 2 emulated vLLM replicas (``serving.emulator``, H100 /
+   Llama-3.1-8B profile) at 1, 16 and 64 concurrent streams (closed loop). Added TTFT = the
+   target's p50 minus direct's p50 of the same round.
 2. Maximum requests/s: closed loop at 128 concurrent tiny streamed requests (1 output token) for a
-   fixed time, against the emulated replicas and against a zero-work scripted upstream
-   (``serving.gateway.stub``), so the proxy, not the engine model, is the limit.
+   fixed time against a zero-work scripted upstream (``serving.gateway.stub``), so the proxy, not
+   the engine model, is the limit; and the proxy's CPU per request: user + system CPU seconds of
+   the proxy's process tree (/proc; vllm-router's Rust code runs inside its launcher process) over
+   the requests served.
 
-Processes: replicas, the zero-work upstream, the gateway (``infercost gateway``, spans ON, exported
-to a local OTLP sink that answers 200), vllm-router and the load generator each run in their own
-process. All share this machine's cores — on the 2-core CI box also with other work — so the
-figures are pessimistic and noisy; ratios measured in the same run are the meaningful part.
+Reported: the median over rounds of each figure and of its ratio to direct in the same round, and
+``uptime`` before and after (the machine is shared: figures are only comparable within one run).
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 FAILURES: dict[str, int] = {}  # failed requests of this run by cause, printed at the end
+TTFT_STREAMS = (1, 16, 64)
+RPS_STREAMS = 128
+ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 REPLICAS_SCRIPT = """
 import json, sys, time
@@ -80,6 +86,8 @@ async def app(scope, receive, send):
 uvicorn.run(app, host="127.0.0.1", port={port}, log_level="error", access_log=False)
 """
 
+GATEWAY_SCRIPT = "import sys; sys.argv[0] = 'infercost'; from infercost.cli import main; sys.exit(main())"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -88,12 +96,16 @@ def free_port() -> int:
 
 
 def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    async def probe():
+        async with aiohttp.ClientSession() as s, s.get(url, timeout=aiohttp.ClientTimeout(total=1)) as r:
+            return r.status
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
+            if asyncio.run(probe()) < 500:
                 return
-        except httpx.HTTPError:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url} did not come up in {timeout_s} s")
@@ -101,7 +113,7 @@ def wait_http(url: str, timeout_s: float = 60.0) -> None:
 
 def spawn_json(script: str) -> tuple[subprocess.Popen, list[str]]:
     proc = subprocess.Popen([PY, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT, start_new_session=True)
+                            cwd=ROOT, env=ENV, start_new_session=True)
     line = proc.stdout.readline()
     if not line:
         raise RuntimeError("helper process failed to start")
@@ -109,17 +121,19 @@ def spawn_json(script: str) -> tuple[subprocess.Popen, list[str]]:
 
 
 def start_gateway(upstreams: list[str], otlp: str) -> tuple[subprocess.Popen, str]:
+    """``infercost gateway`` of this checkout (PYTHONPATH=ROOT), spans exported to ``otlp``."""
     port = free_port()
-    args = [str(ROOT / ".venv" / "bin" / "infercost"), "gateway", "--port", str(port), "--policy", "round_robin",
+    args = [PY, "-c", GATEWAY_SCRIPT, "gateway", "--port", str(port), "--policy", "round_robin",
             "--otlp-endpoint", otlp, "--queue-cap", "interactive=100000"]
     args += [f"--upstream=replica-{i}={u}" for i, u in enumerate(upstreams)]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
     wait_http(f"http://127.0.0.1:{port}/health")
     return proc, f"http://127.0.0.1:{port}"
 
 
 def start_vllm_router(upstreams: list[str]) -> tuple[subprocess.Popen | None, str | None, str]:
-    exe = shutil.which("vllm-router", path=str(ROOT / ".venv" / "bin")) or shutil.which("vllm-router")
+    exe = shutil.which("vllm-router", path=str(Path(PY).parent)) or shutil.which("vllm-router")
     if exe is None:
         return None, None, "vllm-router is not installed (.venv/bin/pip install vllm-router)"
     port, prom = free_port(), free_port()
@@ -151,35 +165,68 @@ def stop(proc: subprocess.Popen | None) -> None:
             pass
 
 
-# --- load generator -------------------------------------------------------------------------------
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds (all threads) of process ``pid`` and its live descendants (Linux /proc)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = int(fields[11]) + int(fields[12])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        p = frontier.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
+# --- load generator (aiohttp: lighter than httpx, so more of the 2 cores go to the proxy) -----------
 
 def body(max_tokens: int) -> bytes:
     return json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hello " * 32}], "stream": True,
                        "max_tokens": max_tokens, "ignore_eos": True}).encode()
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, payload: bytes) -> float | None:
+def _fail(cause: str) -> None:
+    FAILURES[cause] = FAILURES.get(cause, 0) + 1
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, payload: bytes) -> float | None:
     """TTFT in seconds (request sent -> first chunk with content), or None if the request failed."""
     started = time.perf_counter()
     ttft = None
     try:
-        async with client.stream("POST", url + "/v1/chat/completions", content=payload,
-                                 headers={"content-type": "application/json"}) as resp:
-            if resp.status_code != 200:
-                await resp.aread()
-                FAILURES[f"http.{resp.status_code}"] = FAILURES.get(f"http.{resp.status_code}", 0) + 1
+        async with session.post(url + "/v1/chat/completions", data=payload,
+                                headers={"content-type": "application/json"}) as resp:
+            if resp.status != 200:
+                await resp.read()
+                _fail(f"http.{resp.status}")
                 return None
-            async for line in resp.aiter_lines():
-                if ttft is None and line.startswith("data: {") and '"content":"' in line.replace(": ", ":") \
-                        and '"content":""' not in line.replace(": ", ":"):
-                    ttft = time.perf_counter() - started
-                if line.startswith("data: [DONE]"):
-                    break
-    except httpx.HTTPError as exc:
-        FAILURES[type(exc).__name__] = FAILURES.get(type(exc).__name__, 0) + 1
+            done = False
+            async for line in resp.content:
+                if ttft is None and line.startswith(b"data: {"):
+                    compact = line.replace(b": ", b":")
+                    if b'"content":"' in compact and b'"content":""' not in compact:
+                        ttft = time.perf_counter() - started
+                if line.startswith(b"data: [DONE]"):
+                    done = True
+            if not done:
+                _fail("no_done")
+                return None
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        _fail(type(exc).__name__)
         return None
     if ttft is None:
-        FAILURES["no_token"] = FAILURES.get("no_token", 0) + 1
+        _fail("no_token")
     return ttft
 
 
@@ -190,8 +237,9 @@ async def closed_loop(urls: list[str], concurrency: int, *, requests: int | None
     ttfts: list[float] = []
     failed = 0
     sent = 0
-    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-    async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as client:
+    connector = aiohttp.TCPConnector(limit=concurrency + 8, keepalive_timeout=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120),
+                                     trust_env=False) as session:
         deadline = time.perf_counter() + seconds if seconds else None
         started = time.perf_counter()
 
@@ -204,7 +252,7 @@ async def closed_loop(urls: list[str], concurrency: int, *, requests: int | None
                     return
                 i = sent
                 sent += 1
-                ttft = await one_stream(client, urls[i % len(urls)], payload)
+                ttft = await one_stream(session, urls[i % len(urls)], payload)
                 if ttft is None:
                     failed += 1
                 else:
@@ -219,20 +267,20 @@ async def closed_loop(urls: list[str], concurrency: int, *, requests: int | None
 
 
 def run(coro):
-    return asyncio.run(coro)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    try:
+        import uvloop  # the gateway's own loop; also keeps the load generator light
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
 
 
 def overhead_buckets(gateway_url: str) -> list[tuple[float, float]]:
     """(upper bound s, cumulative count) of the gateway's infercost_gateway_overhead_seconds histogram."""
+    async def scrape():
+        async with aiohttp.ClientSession() as s, s.get(gateway_url + "/metrics") as r:
+            return await r.text()
     out = []
-    for line in httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines():
+    for line in asyncio.run(scrape()).splitlines():
         if line.startswith("infercost_gateway_overhead_seconds_bucket"):
             le = line.split('le="', 1)[1].split('"', 1)[0]
             out.append((float("inf") if le == "+Inf" else float(le), float(line.rsplit(" ", 1)[1])))
@@ -256,15 +304,31 @@ def quantile_from(before, after, q: float) -> float:
     return prev_bound
 
 
+def uptime() -> str:
+    with open("/proc/loadavg") as fh:
+        one, five, fifteen = fh.read().split()[:3]
+    return f"load average {one}, {five}, {fifteen} ({os.cpu_count()} CPUs)"
+
+
+def med(values) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer requests (noisier)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, shorter runs (noisier)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3 with --quick, else 5)")
     parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--only", choices=("gateway", "vllm-router"), default=None,
+                        help="skip the other proxy (profiling)")
     args = parser.parse_args()
-    rounds = 3 if args.quick else 8
-    rps_seconds = 4.0 if args.quick else 8.0
+    rounds = args.rounds or (3 if args.quick else 5)
+    rps_seconds = 3.0 if args.quick else 6.0
+    ttft_requests = {1: 16 if args.quick else 32, 16: 64 if args.quick else 128, 64: 128 if args.quick else 256}
 
     procs = []
+    load_before = uptime()
     try:
         otlp_port = free_port()
         sink = subprocess.Popen([PY, "-c", OTLP_SINK_SCRIPT.format(root=str(ROOT), port=otlp_port)], cwd=ROOT,
@@ -275,97 +339,108 @@ def main() -> int:
         stub_proc, stubs = spawn_json(STUB_SCRIPT.format(root=str(ROOT), n=args.replicas))
         procs.append(stub_proc)
         otlp = f"http://127.0.0.1:{otlp_port}"
-        gw_proc, gw = start_gateway(replicas, otlp)
-        procs.append(gw_proc)
-        gw_stub_proc, gw_stub = start_gateway(stubs, otlp)
-        procs.append(gw_stub_proc)
-        router_proc, router, router_why = start_vllm_router(replicas)
-        procs.append(router_proc)
-        router_stub_proc, router_stub, _ = start_vllm_router(stubs) if router_proc else (None, None, router_why)
-        procs.append(router_stub_proc)
+        # (TTFT urls on emulated replicas, requests/s urls on zero-work stubs, proxy process or None)
+        targets: dict[str, tuple[list[str], list[str], subprocess.Popen | None]] = {"direct": (replicas, stubs, None)}
+        if args.only != "vllm-router":
+            gw_proc, gw = start_gateway(replicas, otlp)
+            gw_stub_proc, gw_stub = start_gateway(stubs, otlp)
+            procs += [gw_proc, gw_stub_proc]
+            targets["gateway"] = ([gw], [gw_stub], (gw_proc, gw_stub_proc))
+        router_why = "--only gateway"
+        if args.only != "gateway":
+            router_proc, router, router_why = start_vllm_router(replicas)
+            procs.append(router_proc)
+            if router_proc:
+                router_stub_proc, router_stub, router_why = start_vllm_router(stubs)
+                procs.append(router_stub_proc)
+                if router_stub_proc:
+                    targets["vllm-router"] = ([router], [router_stub], (router_proc, router_stub_proc))
+        for ttft_urls, rps_urls, _ in targets.values():  # warm up every path (connections, caches)
+            run(closed_loop(ttft_urls, 16, requests=64, max_tokens=2))
+            run(closed_loop(rps_urls, 16, requests=256, max_tokens=1))
 
-        targets = {"direct": replicas, "gateway": [gw]}
-        if router:
-            targets["vllm-router"] = [router]
-        # Warm up every path (connections, imports, JIT-free but caches).
-        for urls in targets.values():
-            run(closed_loop(urls, 16, requests=64, max_tokens=2))
+        names = list(targets)
+        # per target: lists over rounds
+        ttft = {(n, c): [] for n in names for c in TTFT_STREAMS}
+        ttft_cpu = {(n, c): [] for n in names for c in TTFT_STREAMS}
+        rps = {n: [] for n in names}
+        cpu = {n: [] for n in names}
+        internal = {c: [] for c in TTFT_STREAMS}
+        for rnd in range(rounds):
+            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            for name in order:
+                ttft_urls, rps_urls, owners = targets[name]
+                for conc in TTFT_STREAMS:
+                    before_h = overhead_buckets(ttft_urls[0]) if name == "gateway" else None
+                    before_cpu = tree_cpu_seconds(owners[0].pid) if owners else None
+                    res = run(closed_loop(ttft_urls, conc, requests=ttft_requests[conc], max_tokens=16))
+                    ttft[(name, conc)].append(res)
+                    if owners and res["ok"]:
+                        ttft_cpu[(name, conc)].append(1000 * (tree_cpu_seconds(owners[0].pid) - before_cpu) / res["ok"])
+                    if before_h is not None:
+                        after_h = overhead_buckets(ttft_urls[0])
+                        internal[conc].append((1000 * quantile_from(before_h, after_h, 0.5),
+                                               1000 * quantile_from(before_h, after_h, 0.99)))
+                before_cpu = tree_cpu_seconds(owners[1].pid) if owners else None
+                res = run(closed_loop(rps_urls, RPS_STREAMS, seconds=rps_seconds, max_tokens=1))
+                rps[name].append(res)
+                if owners and res["ok"]:
+                    cpu[name].append(1000 * (tree_cpu_seconds(owners[1].pid) - before_cpu) / res["ok"])
+            print(f"# round {rnd + 1}/{rounds} done ({' -> '.join(order)}); {uptime()}", file=sys.stderr, flush=True)
+        load_after = uptime()
 
-        print(f"# Gateway overhead benchmark ({args.replicas} emulated replicas, h100-llama-3.1-8b; "
-              f"spans ON in the gateway). Shared CPU: figures are pessimistic.")
-        if not router:
+        print(f"# Gateway overhead benchmark: {args.replicas} emulated replicas (h100-llama-3.1-8b) and "
+              f"{args.replicas} zero-work stubs; gateway spans ON; {rounds} rounds, targets alternated; medians.")
+        print(f"# uptime before: {load_before}; after: {load_after}")
+        if "vllm-router" not in targets:
             print(f"# vllm-router skipped: {router_why}")
-        ttft_rows, internal = {}, {}
-        for conc in (1, 64, 256):
-            for name, urls in targets.items():
-                before = overhead_buckets(gw) if name == "gateway" else None
-                n = 64 if conc == 1 else conc * rounds
-                res = run(closed_loop(urls, conc, requests=n, max_tokens=16))
-                ttft_rows[(name, conc)] = res
-                if before is not None:
-                    after = overhead_buckets(gw)
-                    internal[conc] = (1000 * quantile_from(before, after, 0.5), 1000 * quantile_from(before, after, 0.99))
-        print("\n## TTFT (streamed, 32-word prompt, 16 output tokens), closed loop")
-        print("| target | streams | ok | failed | p50 ms | p99 ms | added p50 ms | added p99 ms |")
-        print("|---|---|---|---|---|---|---|---|")
-        for conc in (1, 64, 256):
-            base = ttft_rows[("direct", conc)]
-            for name in targets:
-                r = ttft_rows[(name, conc)]
-                print(f"| {name} | {conc} | {r['ok']} | {r['failed']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-                      f"{r['p50_ms'] - base['p50_ms']:+.1f} | {r['p99_ms'] - base['p99_ms']:+.1f} |")
 
-        print("\n## The gateway's own added latency (its infercost_gateway_overhead_seconds histogram: request in ->"
-              " upstream send, plus first upstream event -> relayed), interpolated within buckets")
-        print("| streams | p50 ms | p99 ms |")
-        print("|---|---|---|")
-        for conc, (p50, p99) in internal.items():
-            print(f"| {conc} | {p50:.3f} | {p99:.3f} |")
+        print(f"\n## Maximum requests/s ({RPS_STREAMS} concurrent streams, 1 output token, zero-work stub, "
+              f"{rps_seconds:.0f} s per round)")
+        print("| target | ok (sum) | failed (sum) | requests/s | x direct | proxy CPU ms/request |")
+        print("|---|---|---|---|---|---|")
+        for name in names:
+            rs = rps[name]
+            ratio = med(r["rps"] / d["rps"] for r, d in zip(rs, rps["direct"]) if d["rps"])
+            c = f"{med(cpu[name]):.3f}" if cpu[name] else "-"
+            print(f"| {name} | {sum(r['ok'] for r in rs)} | {sum(r['failed'] for r in rs)} | {med(r['rps'] for r in rs):.0f}"
+                  f" | {ratio:.2f} | {c} |")
 
-        rps_targets = {"direct (emulated)": replicas, "gateway (emulated)": [gw]}
-        if router:
-            rps_targets["vllm-router (emulated)"] = [router]
-        rps_targets["direct (zero-work stub)"] = stubs
-        rps_targets["gateway (zero-work stub)"] = [gw_stub]
-        if router_stub:
-            rps_targets["vllm-router (zero-work stub)"] = [router_stub]
-        rps, cpu_ms = {}, {}
-        owners = {"gateway (emulated)": gw_proc, "gateway (zero-work stub)": gw_stub_proc,
-                  "vllm-router (emulated)": router_proc, "vllm-router (zero-work stub)": router_stub_proc}
-        for name, urls in rps_targets.items():
-            proc = owners.get(name)
-            before = cpu_seconds(proc.pid) if proc is not None else None
-            rps[name] = run(closed_loop(urls, 128, seconds=rps_seconds, max_tokens=1))
-            if before is not None and rps[name]["ok"]:
-                # vllm-router's launcher is a Python process that execs/waits for the Rust router: its
-                # own CPU is what /proc reports for that pid, so the router figure is indicative only.
-                cpu_ms[name] = 1000 * (cpu_seconds(proc.pid) - before) / rps[name]["ok"]
-        print(f"\n## Maximum requests/s (128 concurrent streams, 1 output token, {rps_seconds:.0f} s each)")
-        print("| target | ok | failed | requests/s | proxy CPU ms/request |")
-        print("|---|---|---|---|---|")
-        for name, r in rps.items():
-            cpu = f"{cpu_ms[name]:.2f}" if name in cpu_ms and name.startswith("gateway") else "-"
-            print(f"| {name} | {r['ok']} | {r['failed']} | {r['rps']:.0f} | {cpu} |")
-        print("\n## Ratios (same run)")
-        for kind in ("emulated", "zero-work stub"):
-            g, d = rps[f"gateway ({kind})"]["rps"], rps[f"direct ({kind})"]["rps"]
-            line = f"- {kind}: gateway/direct requests/s = {g / d:.2f}"
-            if f"vllm-router ({kind})" in rps:
-                line += f"; gateway/vllm-router = {g / rps[f'vllm-router ({kind})']['rps']:.2f} (goal >= 0.50)"
-            print(line)
-        for conc in (1, 64, 256):
-            added = ttft_rows[("gateway", conc)]["p50_ms"] - ttft_rows[("direct", conc)]["p50_ms"]
-            line = (f"- {conc} streams: gateway added p50 TTFT = {added:+.1f} ms end to end, "
-                    f"{internal[conc][0]:.3f} ms inside the gateway (goal <= 1 ms)")
-            if router:
-                line += (f"; vllm-router added p50 = "
-                         f"{ttft_rows[('vllm-router', conc)]['p50_ms'] - ttft_rows[('direct', conc)]['p50_ms']:+.1f} ms")
-            print(line)
+        print("\n## TTFT (streamed, 32-word prompt, 16 output tokens, emulated replicas), closed loop")
+        print("| target | streams | ok (sum) | failed (sum) | p50 ms | p99 ms | added p50 ms | p50 x direct "
+              "| proxy CPU ms/request |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        added: dict[tuple[str, int], float] = {}
+        for conc in TTFT_STREAMS:
+            base = ttft[("direct", conc)]
+            for name in names:
+                rs = ttft[(name, conc)]
+                added[(name, conc)] = med(r["p50_ms"] - b["p50_ms"] for r, b in zip(rs, base))
+                ratio = med(r["p50_ms"] / b["p50_ms"] for r, b in zip(rs, base) if b["p50_ms"])
+                c = f"{med(ttft_cpu[(name, conc)]):.3f}" if ttft_cpu[(name, conc)] else "-"
+                print(f"| {name} | {conc} | {sum(r['ok'] for r in rs)} | {sum(r['failed'] for r in rs)} | "
+                      f"{med(r['p50_ms'] for r in rs):.1f} | {med(r['p99_ms'] for r in rs):.1f} | "
+                      f"{added[(name, conc)]:+.1f} | {ratio:.2f} | {c} |")
+
+        if "gateway" in targets:
+            print("\n## The gateway's own added latency (its infercost_gateway_overhead_seconds histogram: request in"
+                  " -> upstream send, plus first upstream event -> relayed), interpolated within buckets")
+            print("| streams | p50 ms | p99 ms |")
+            print("|---|---|---|")
+            for conc, vals in internal.items():
+                print(f"| {conc} | {med(v[0] for v in vals):.3f} | {med(v[1] for v in vals):.3f} |")
+
+        if "gateway" in targets and "vllm-router" in targets:
+            print("\n## Gateway vs vllm-router (same run; goals of issue 18)")
+            g, r = med(x["rps"] for x in rps["gateway"]), med(x["rps"] for x in rps["vllm-router"])
+            print(f"- requests/s: gateway / vllm-router = {g / r:.2f} (goal >= 1.00)")
+            gc, rc = med(cpu["gateway"]), med(cpu["vllm-router"])
+            print(f"- CPU per request: gateway / vllm-router = {gc / rc:.2f} (goal <= 1.20)")
+            for conc in TTFT_STREAMS:
+                print(f"- {conc} streams: added p50 TTFT gateway {added[('gateway', conc)]:+.1f} ms, vllm-router "
+                      f"{added[('vllm-router', conc)]:+.1f} ms (goal at 64: gateway <= vllm-router + 3 ms)")
         if FAILURES:
             print(f"- failed requests by cause (all targets): {FAILURES}")
-        outcomes = [line for line in httpx.get(gw + "/metrics", timeout=10).text.splitlines()
-                    if line.startswith(("infercost_gateway_requests_total", "infercost_gateway_retries"))]
-        print("- gateway counters: " + "; ".join(outcomes))
         return 0
     finally:
         for p in reversed(procs):

@@ -79,7 +79,7 @@ def command(upstreams, policy, host, port, max_attempts, retry_budget, retry_bud
         if otlp_endpoint is None:
             settings = load_settings()
             otlp_endpoint = f"http://{settings.receiver_host}:{settings.receiver_port}"
-        provider = make_tracer_provider(config.service_name, otlp_endpoint=otlp_endpoint)
+        provider = make_tracer_provider(config.service_name, otlp_endpoint=otlp_endpoint, compact_encoding=True)
         click.echo(f"exporting spans to {otlp_endpoint}")
     click.echo(f"gateway on http://{host}:{port} -> {', '.join(f'{u.replica_id}={u.url}' for u in ups)} ({policy})")
     try:

@@ -41,6 +41,7 @@ import logging
 import time
 
 import aiohttp
+import yarl
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -51,11 +52,12 @@ from serving.gateway.budget import RetryBudget
 from serving.gateway.config import GatewayConfig
 from serving.gateway.routing import Router
 from serving.gateway.scraper import scrape_loop
+from serving.gateway.spans import SpanFactory
 from serving.gateway.relay import SSE_HEADERS, AttemptFailed, ClientGone, RelayMixin, end_error, error_event
 from serving.gateway.sse import error_body, read_body, respond, retry_after_value
 from serving.gateway.stats import GatewayStats, make_registry
 from serving.gateway.watchdog import AttemptWatch, take_cancellation, watchdog_loop
-from serving.sdk.context import extract, inject_headers, task_attributes
+from serving.sdk.context import PROPAGATOR, inject_headers, task_attributes
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,7 @@ PROXIED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_comple
 RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 # Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
 FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
+_USAGE_OPTIONS = b', "stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
 
 
 class Gateway(RelayMixin):
@@ -78,6 +81,7 @@ class Gateway(RelayMixin):
         config.validate()
         self.config = config
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
+        self.spans = SpanFactory(self.tracer)
         self.router = Router(config.upstreams, config.policy, config.eject_after_failures, config.eject_s,
                              max_ejection_s=config.max_ejection_s, max_ejection_percent=config.max_ejection_percent)
         self.budget = RetryBudget(config.retry_budget_ratio, config.retry_budget_window_s, config.retry_budget_min)
@@ -90,6 +94,7 @@ class Gateway(RelayMixin):
         self._scraper: asyncio.Task | None = None
         self._watches: set[AttemptWatch] = set()  # attempts in flight (timeouts, disconnects)
         self._watchdog: asyncio.Task | None = None
+        self._urls: dict[tuple[str, str], yarl.URL] = {}
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -102,8 +107,11 @@ class Gateway(RelayMixin):
         # the watchdog's (one task, no timer per chunk).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s, sock_read=None)
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0, enable_cleanup_closed=False)
+        # DummyCookieJar: a proxy keeps no cookies (one client's Set-Cookie must never ride along on
+        # another client's request), and the jar's per-request filtering is CPU on the hot path.
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,
-                                            auto_decompress=False, skip_auto_headers=("User-Agent",))
+                                            auto_decompress=False, skip_auto_headers=("User-Agent",),
+                                            cookie_jar=aiohttp.DummyCookieJar())
         if self.config.policy == "least_loaded":
             self._scraper = asyncio.create_task(scrape_loop(self.client, self.router, self.config.scrape_interval_s),
                                                 name="gateway-scraper")
@@ -172,12 +180,12 @@ class Gateway(RelayMixin):
         received_at = time.monotonic()
         body = await read_body(receive)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        ctx = extract(headers)
+        ctx = PROPAGATOR.extract(headers)  # extract() without its re-lowering: the keys are lower-case
         task_attrs = task_attributes(ctx)
         cfg, stats = self.config, self.stats
         priority = task_attrs.get(sc.TENANT_PRIORITY) or headers.get("x-priority") or cfg.default_priority
         attrs = {sc.GEN_AI_OPERATION_NAME: operation, sc.GATEWAY_POLICY: cfg.policy, **task_attrs}
-        span = self.tracer.start_span("gateway chat", kind=SpanKind.SERVER, context=ctx, attributes=attrs)
+        span = self.spans.start("gateway chat", SpanKind.SERVER, ctx, attrs)
         self.active_requests += 1
         try:
             try:
@@ -193,10 +201,9 @@ class Gateway(RelayMixin):
             stream = bool(request.get("stream"))
             client_usage = True
             if stream:
-                body, client_usage = _ask_usage(request)
-            if model:
-                span.set_attribute(sc.GEN_AI_REQUEST_MODEL, str(model))
-            span.set_attribute(sc.GEN_AI_REQUEST_STREAM, stream)
+                body, client_usage = _ask_usage(request, body)
+            span.set_attributes({sc.GEN_AI_REQUEST_MODEL: str(model), sc.GEN_AI_REQUEST_STREAM: stream} if model
+                                else {sc.GEN_AI_REQUEST_STREAM: stream})
             try:
                 await self.admission.acquire(priority)
             except Rejected as rej:
@@ -256,12 +263,10 @@ class Gateway(RelayMixin):
                           sc.GATEWAY_POLICY: cfg.policy, sc.GEN_AI_OPERATION_NAME: operation, **task_attrs}
                 if model:
                     aattrs[sc.GEN_AI_REQUEST_MODEL] = str(model)
-                aspan = self.tracer.start_span("gateway.attempt", kind=SpanKind.CLIENT, context=parent_ctx,
-                                               attributes=aattrs)
+                aspan = self.spans.start("gateway.attempt", SpanKind.CLIENT, parent_ctx, aattrs)
                 up_headers = dict(base_headers)
                 inject_headers(up_headers, trace.set_span_in_context(aspan, ctx))
-                span.set_attribute(sc.GATEWAY_REPLICA, replica.replica_id)
-                span.set_attribute(sc.GATEWAY_RETRIES, retries)
+                span.set_attributes({sc.GATEWAY_REPLICA: replica.replica_id, sc.GATEWAY_RETRIES: retries})
                 watch = AttemptWatch(asyncio.current_task(), stream, cfg.first_byte_timeout_s, cfg.chunk_timeout_s,
                                      cfg.response_timeout_s)
                 current[0] = watch
@@ -269,7 +274,7 @@ class Gateway(RelayMixin):
                 replica.inflight += 1
                 try:
                     outcome = await self._one_attempt(send, span, aspan, replica, up_headers, body, stream, received_at,
-                                                      watch, operation, client_usage)
+                                                      watch, operation, client_usage, attempt)
                 except AttemptFailed as exc:
                     failure = exc
                     self._record_replica(replica, aspan, ok=not exc.replica_fault)
@@ -353,10 +358,13 @@ class Gateway(RelayMixin):
         await respond(send, status, payload, extra=extra)
 
     async def _one_attempt(self, send, span, aspan, replica, up_headers, body, stream, received_at, watch,
-                           operation, client_usage: bool = True) -> str | None:
+                           operation, client_usage: bool = True, attempt: int = 1) -> str | None:
         """Run one upstream attempt. Raises AttemptFailed before the first byte reached the client (or
         ClientGone); after that returns None (clean end) or an error.type (the stream broke)."""
-        url = replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions")
+        url = self._urls.get((replica.replica_id, operation))
+        if url is None:  # parsed once per replica and path, not per request
+            url = self._urls[(replica.replica_id, operation)] = yarl.URL(
+                replica.upstream.url + ("/v1/chat/completions" if operation == "chat" else "/v1/completions"))
         # Gateway time before the upstream request leaves: body read, parsing, admission, routing, spans.
         pre_s = time.monotonic() - received_at
         resp = None
@@ -385,7 +393,7 @@ class Gateway(RelayMixin):
             if resp.content_type != "text/event-stream":
                 raise AttemptFailed("upstream_malformed", status, True)
             outcome = await self._relay_stream(send, span, aspan, resp, received_at, replica.replica_id, watch,
-                                               pre_s if aspan_attempt(aspan) == 1 else None, client_usage)
+                                               pre_s if attempt == 1 else None, client_usage)
             clean = outcome is None
             return outcome
         except asyncio.CancelledError:
@@ -405,20 +413,19 @@ class Gateway(RelayMixin):
                     resp.close()
 
 
-def _ask_usage(request: dict) -> tuple[bytes, bool]:
+def _ask_usage(request: dict, body: bytes) -> tuple[bytes, bool]:
     """The upstream body of a streamed request: ``stream_options`` with ``include_usage`` and
     ``continuous_usage_stats`` (vLLM: usage on every chunk, cumulative), so prompt tokens are known
     from the first chunk. Returns (body, whether the client itself asked for usage)."""
     options = request.get("stream_options")
+    if options is None and "stream_options" not in request:
+        # The common case: splice the options into the client's own bytes (no re-encoding; the
+        # parsed object gains the same last key as the encoding branch below).
+        return body.rstrip()[:-1] + _USAGE_OPTIONS, False
     options = dict(options) if isinstance(options, dict) else {}
     client_usage = bool(options.get("include_usage"))
     options.update(include_usage=True, continuous_usage_stats=True)
     return json.dumps({**request, "stream_options": options}).encode(), client_usage
-
-
-def aspan_attempt(aspan) -> int:
-    attrs = getattr(aspan, "attributes", None) or {}
-    return int(attrs.get(sc.GATEWAY_ATTEMPT, 1))
 
 
 async def _read_quietly(resp: aiohttp.ClientResponse) -> bytes:

@@ -34,6 +34,7 @@ SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-
 MAX_EVENT_BYTES = 1 << 20  # one SSE event larger than this is not an LLM chunk: malformed
 _SSE_FIELDS = (b"data:", b"event:", b"id:", b"retry:", b":")
 _DECODE_ERRORS = (ValueError, TypeError, AttributeError, KeyError)
+_OK = Status(StatusCode.OK)
 _ERROR_KIND = {"timeout": ("GatewayTimeoutError", 504), "upstream_malformed": ("BadGatewayError", 502),
                "stream_broken": ("InternalServerError", 500)}
 
@@ -99,7 +100,7 @@ class RelayMixin:
         raw = resp.content.iter_any()
         buf = b""
         committed = False
-        saw_done = False
+        saw_done = ended = False
         ttft = None
         try:
             while True:
@@ -162,11 +163,18 @@ class RelayMixin:
                 if not committed:
                     await send({"type": "http.response.start", "status": resp.status, "headers": SSE_HEADERS})
                     committed = True
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                # [DONE] read and the upstream body complete: nothing can follow, so the last events
+                # and the end of the response go out in one write.
+                ended = saw_done and not buf and resp.content.is_eof()
+                if ended:
+                    watch.active = False
+                await send({"type": "http.response.body", "body": out, "more_body": not ended})
                 if pre_s is not None:
                     # Added latency of the proxy: before the upstream send + first event's relay time.
                     self.stats.overhead.observe(pre_s + time.monotonic() - got_at)
                     pre_s = None
+                if ended:
+                    break
                 watch.last = time.monotonic()  # a slow client is not a silent replica
             if not committed:
                 raise AttemptFailed("stream_broken", resp.status, True)
@@ -174,8 +182,9 @@ class RelayMixin:
                 _catch_up(usage, skipped)
                 return await self._break(send, span, aspan, usage, ttft, "stream_broken", watch,
                                          f"upstream replica {replica_id} closed the stream early")
-            watch.active = False
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if not ended:
+                watch.active = False
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
             if usage.error is not None:
                 self._finish_error(span, aspan, usage, ttft, "stream_error")
                 return "stream_error"
@@ -217,35 +226,41 @@ class RelayMixin:
         self._finish_error(span, aspan, usage, ttft, error_type)
         return error_type
 
-    def _record_tokens(self, span, aspan, usage: StreamUsage, ttft: float | None) -> None:
+    def _record_tokens(self, usage: StreamUsage, ttft: float | None) -> tuple[dict, dict]:
+        """(request span attributes, attempt span attributes) of the tokens streamed; set in one call
+        per span by the caller (one lock and one pass each, not one per attribute)."""
         tokens = usage.tokens_received
         self.stats.tokens_streamed += tokens
-        for s in (span, aspan):
-            s.set_attribute(sc.GATEWAY_TOKENS_STREAMED, tokens)
-            if ttft is not None:
-                s.set_attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, ttft)
+        common = {sc.GATEWAY_TOKENS_STREAMED: tokens}
         if ttft is not None:
+            common[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttft
             self.stats.ttft.observe(ttft)
+        attempt = dict(common)
         if usage.usage_prompt_tokens is not None:
-            aspan.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, int(usage.usage_prompt_tokens))
+            attempt[sc.GEN_AI_USAGE_INPUT_TOKENS] = int(usage.usage_prompt_tokens)
         if usage.usage_cached_tokens is not None:
-            aspan.set_attribute(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, int(usage.usage_cached_tokens))
+            attempt[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = int(usage.usage_cached_tokens)
         if usage.finish_reasons:
-            aspan.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, usage.finish_reasons)
+            attempt[sc.GEN_AI_RESPONSE_FINISH_REASONS] = usage.finish_reasons
         if usage.response_id:
-            aspan.set_attribute(sc.GEN_AI_RESPONSE_ID, usage.response_id)
+            attempt[sc.GEN_AI_RESPONSE_ID] = usage.response_id
+        return common, attempt
 
     def _finish_ok(self, span, aspan, usage, status, ttft) -> None:
-        self._record_tokens(span, aspan, usage, ttft)
+        common, attempt = self._record_tokens(usage, ttft)
         if usage.usage_completion_tokens is not None:
-            aspan.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, int(usage.usage_completion_tokens))
-        span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, status)
-        aspan.set_status(Status(StatusCode.OK))
+            attempt[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = int(usage.usage_completion_tokens)
+        common[sc.GATEWAY_UPSTREAM_STATUS] = status
+        span.set_attributes(common)
+        aspan.set_attributes(attempt)
+        aspan.set_status(_OK)
         aspan.end()
 
     def _finish_error(self, span, aspan, usage, ttft, error_type) -> None:
-        self._record_tokens(span, aspan, usage, ttft)
-        span.set_attribute(sc.GATEWAY_UPSTREAM_STATUS, 200)
+        common, attempt = self._record_tokens(usage, ttft)
+        common[sc.GATEWAY_UPSTREAM_STATUS] = 200
+        span.set_attributes(common)
+        aspan.set_attributes(attempt)
         end_error(aspan, error_type, None)
 
 

@@ -22,18 +22,24 @@ def otlp_traces_url(endpoint: str) -> str:
 
 def make_tracer_provider(service_name: str, *, otlp_endpoint: str | None = None, exporter: SpanExporter | None = None,
                          resource_attributes: dict | None = None, batch: bool = True,
-                         max_queue_size: int = 65536, schedule_delay_ms: int = 500) -> TracerProvider:
+                         max_queue_size: int = 65536, schedule_delay_ms: int = 500,
+                         compact_encoding: bool = False) -> TracerProvider:
     """A TracerProvider for ``service_name`` exporting to ``otlp_endpoint`` (OTLP/HTTP protobuf) and/or ``exporter``.
 
     batch: BatchSpanProcessor (bounded queue ``max_queue_size`` spans, flushed every
     ``schedule_delay_ms``) — the OTel SDK's own; False uses SimpleSpanProcessor (tests).
+    compact_encoding: serialise OTLP with :mod:`serving.sdk.span_encoding` (same bytes, about 4x less
+    CPU per span; the gateway uses it).
     """
     attrs = {sc.SERVICE_NAME: service_name}
     attrs.update(resource_attributes or {})
     provider = TracerProvider(resource=Resource.create(attrs))
     exporters: list[SpanExporter] = []
     if otlp_endpoint:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        if compact_encoding:
+            from serving.sdk.span_encoding import CompactOTLPSpanExporter as OTLPSpanExporter
+        else:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         exporters.append(OTLPSpanExporter(endpoint=otlp_traces_url(otlp_endpoint)))
     if exporter is not None:

@@ -23,6 +23,8 @@ from typing import Any
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
+    if obj.__class__ is dict:  # decoded JSON, the common case: one check
+        return obj.get(name, default)
     if obj is None:
         return default
     if isinstance(obj, dict):

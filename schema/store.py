@@ -206,6 +206,16 @@ class Store:
         except Exception:  # closing must not raise during shutdown
             log.debug("store close failed", exc_info=True)
 
+    def clone(self) -> "Store":
+        """Another client on the same store and database, for statements run in parallel with this
+        one's (the embedded engine runs one call per client at a time; clients on one path share
+        the engine and its data). The caller closes it. Raises StoreUnavailable like :func:`connect`."""
+        if self.embedded:
+            url = "chdb://memory" if self.url.path == ":memory:" else f"chdb://{self.url.path}"
+        else:
+            url = self.url.dsn
+        return connect(url, self.database, create_database=False)
+
 
 def connect(url: str, database: str = "infercost", *, create_database: bool = True) -> Store:
     """Open the store at ``url`` bound to ``database``; create the database (``ENGINE = Atomic``) if asked.

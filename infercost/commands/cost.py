@@ -173,7 +173,7 @@ def command(since, by, recompute, fleet_file, clickhouse_url, task_id):
             click.echo(f"no fleet file at {path}: using the prices already in the store", err=True)
         if recompute:
             run = run_jobs(store, start=start, end=end, progress=lambda text: click.echo(f"recomputed {text}", err=True))
-            click.echo(f"recomputed {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC in {run.total_seconds:.1f} s "
+            click.echo(f"recomputed {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC in {run.elapsed_s:.1f} s "
                        f"({run.rows.get('call_costs', 0):,} call-minute rows)", err=True)
         else:
             refresh(store)

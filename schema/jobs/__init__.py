@@ -11,13 +11,15 @@ UTC minutes). Two runners call the same views:
   (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave it
   into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
   history below ``cost_watermark``, live from it on.
-* **Explicit** — :func:`run_jobs` (this module): for ``[start, end)`` it deletes the history rows
-  of the window and inserts the job views' output, job by job in dependency order, then raises the
-  watermark to ``end``. Deterministic (``end`` is the "now" of abandonment), so tests use it; the
-  backfill ``infercost cost --recompute --since 30d`` uses it after a price change.
+* **Explicit** — :func:`run_jobs` (this module): for ``[start, end)``, in chunks of a day, it
+  replaces the history rows of each chunk with the job views' output and raises the watermark to
+  the chunk's end; two workers run the steps that do not depend on each other at once
+  (:mod:`schema.jobs.schedule`). Deterministic (``end`` is the "now" of abandonment), so tests use
+  it; the backfill ``infercost cost --recompute --since 30d`` uses it after a price change.
 
 Both are idempotent: running a window twice gives the same rows. A delete + insert is not atomic:
-during a backfill a reader can briefly see a window without rows.
+during a backfill a reader can briefly see a window without rows. No step waits on a mutation:
+history rows are deleted as patch parts and scratch rows by partition (migration 0110).
 """
 
 from __future__ import annotations
@@ -30,31 +32,37 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from schema.jobs.schedule import Chunk, Task, plan, run_plan
+
 log = logging.getLogger(__name__)
 
 JOBS_DIR = Path(__file__).parent
-# Dependency order: replica_minutes and tasks sum the call_costs view.
-JOB_ORDER = ("call_costs", "replica_minutes", "tasks")
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
     "cost_clock_mv", "cost_resolved_calls_mv", "cost_reconciliation_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
 )
-# A day per statement keeps each embedded call short (chDB serialises calls) and memory bounded.
+# A day per statement keeps each embedded call short and its memory bounded (by a day's calls).
 DEFAULT_CHUNK = timedelta(days=1)
+# Statements at once (one client each): the machines we measure on have 2 cores.
+DEFAULT_WORKERS = 2
 
 
 @dataclass
 class JobRun:
-    """What :func:`run_jobs` did: the window (UTC, whole minutes), seconds per job, rows written."""
+    """What :func:`run_jobs` did: the window (UTC, whole minutes), seconds per job (summed over the
+    workers, so their sum can exceed the run's wall time), wall seconds, rows written."""
 
     start: datetime
     end: datetime
     seconds: dict[str, float] = field(default_factory=dict)
     rows: dict[str, int] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    chunks: int = 0
 
     @property
     def total_seconds(self) -> float:
+        """Seconds spent in the jobs, summed over workers (see ``elapsed_s`` for wall time)."""
         return sum(self.seconds.values())
 
 
@@ -91,23 +99,29 @@ def window_setting(store) -> int:
 
 
 def run_jobs(store, *, start: datetime | None = None, end: datetime | None = None,
-             chunk: timedelta = DEFAULT_CHUNK, progress=None) -> JobRun:
+             chunk: timedelta = DEFAULT_CHUNK, progress=None, workers: int = DEFAULT_WORKERS) -> JobRun:
     """Recompute the cost tables for the window ``[start, end)`` (UTC; rounded out to whole minutes).
 
     Args:
         store: a migrated :class:`schema.store.Store`.
         start: window start; default ``end`` - the configured trailing window (2 h).
         end: window end, also the "now" that decides abandonment; default: the current minute.
-        chunk: windows longer than this run as consecutive chunks (oldest first), each a complete
-            explicit run, so a 30-day backfill never holds one huge statement. Abandonment in a
-            chunk is judged at that chunk's end, as the periodic job would have.
-        progress: optional callable(str) told about each chunk.
+        chunk: windows longer than this run as consecutive chunks, each a complete explicit run,
+            so a 30-day backfill never holds one huge statement (memory per statement is bounded
+            by a chunk's calls). Abandonment in a chunk is judged at that chunk's end, as the
+            periodic job would have.
+        progress: optional callable(str) told about each chunk when it is done:
+            ``"<start> .. <end> (chunk i/n, <rows> call-minute rows, <s> s)"``.
+        workers: statements run at once, each on its own client (``Store.clone``): 1 = one after
+            the other. See :mod:`schema.jobs.schedule` for what may overlap; the result is the
+            same either way.
 
     Returns:
-        A :class:`JobRun` with seconds per job and rows written per table.
+        A :class:`JobRun` with seconds per job, wall seconds and rows written per table.
 
     Raises:
-        ValueError: empty window. StoreError from the store.
+        ValueError: empty window. StoreError from the store (the first failing statement's; the
+        statements already running finish first).
     """
     end = _minute(end or datetime.now(timezone.utc), up=True)
     if start is None:
@@ -115,31 +129,55 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     start = _minute(start)
     if end <= start:
         raise ValueError(f"job window is empty: start {start.isoformat()} is not before end {end.isoformat()}")
+    began = time.perf_counter()
     result = JobRun(start, end)
+    windows = []
     chunk_start = start
     while chunk_start < end:
-        chunk_end = min(chunk_start + chunk, end)
-        existing = _history_counts(store, chunk_start, chunk_end)
-        # run_id keys this chunk's scratch rows (resolved_calls_runs, read by call_costs and
-        # replica_minutes); unique per process and chunk
-        params = {"ws": chunk_start, "we": chunk_end, "run_id": time.time_ns()}
-        for job in JOB_ORDER:
-            began = time.perf_counter()
-            # a lightweight DELETE costs a mutation even on an empty range: skip it when nothing is there
-            delete = _statements(f"delete_{job}") if existing.get(job) else []
-            for statement in delete + _statements(f"run_{job}"):
-                store.command(statement, params, tag=f"jobs.{job}")
-            if job == "call_costs":
-                # The later jobs read the call_costs view, which serves minutes below the
-                # watermark from history: raise it before they run.
-                for statement in _statements("advance_watermark"):
-                    store.command(statement, {"we": chunk_end}, tag="jobs.watermark")
-            result.seconds[job] = result.seconds.get(job, 0.0) + time.perf_counter() - began
-        if progress:
-            progress(f"{chunk_start.isoformat()} .. {chunk_end.isoformat()}")
-        chunk_start = chunk_end
+        windows.append((chunk_start, min(chunk_start + chunk, end)))
+        chunk_start = windows[-1][1]
+    result.chunks = len(windows)
+    # run_id keys a chunk's scratch rows (resolved_calls_runs, reconciliation_runs: one partition
+    # each, dropped when the chunk's jobs have read them); unique per process and chunk
+    base_id = time.time_ns()
+    chunks = [Chunk(i, ws, we, base_id + i) for i, (ws, we) in enumerate(windows)]
+    tasks = plan(chunks)
+    lock = threading.Lock()
+
+    def execute(client, task: Task) -> None:
+        c = task.chunk
+        params = {"ws": c.start, "we": c.end, "run_id": c.run_id}
+        t0 = time.perf_counter()
+        for name in task.files:
+            for statement in _statements(name):
+                client.command(statement, params, tag=f"jobs.{task.job}")
+        with lock:
+            result.seconds[task.job] = result.seconds.get(task.job, 0.0) + time.perf_counter() - t0
+            if task.kind == "replica_minutes":
+                c.scratch_dropped = True
+        if task.kind == "tasks" and progress:
+            rows = _history_counts(client, c.start, c.end).get("call_costs", 0)
+            progress(f"{c.start.isoformat()} .. {c.end.isoformat()} (chunk {c.index + 1}/{len(chunks)}, "
+                     f"{rows:,} call-minute rows, {time.perf_counter() - began:.1f} s)")
+
+    try:
+        run_plan(store, tasks, execute, workers=workers)
+    finally:
+        _drop_scratch(store, chunks)
     result.rows = _history_counts(store, start, end)
+    result.elapsed_s = time.perf_counter() - began
     return result
+
+
+def _drop_scratch(store, chunks) -> None:
+    """Drop the scratch partitions a failed run left (a no-op for the dropped ones)."""
+    for c in chunks:
+        if not c.scratch_dropped:
+            try:
+                for statement in _statements("drop_scratch"):
+                    store.command(statement, {"run_id": c.run_id}, tag="jobs.scratch")
+            except Exception:  # noqa: BLE001 - the TTL removes them within a day
+                log.warning("could not drop the scratch rows of run %s", c.run_id, exc_info=True)
 
 
 def _history_counts(store, start: datetime, end: datetime) -> dict[str, int]:

@@ -1,0 +1,154 @@
+"""The explicit runner's statements as a dependency graph, run by a few workers (one client each).
+
+Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
+:func:`schema.jobs.run_jobs` only.
+
+A chunk ``[ws, we)`` of an explicit run is five tasks (the ``.sql`` files they run):
+
+* ``resolve`` (``run_resolve``): the chunk's calls into ``resolved_calls_runs``, reconciled with
+  the engine counters into ``reconciliation_runs``. Reads raw telemetry only.
+* ``delete`` (``delete_*``): drop the chunk's ``*_history`` rows (patch parts, migration 0110).
+* ``cost`` (``run_call_costs``, ``advance_watermark``): ``call_costs_history`` of the chunk, then
+  the watermark to ``we``. Its learned capacity reads ``replica_minutes_history`` of the 7 days
+  before ``ws``, so it waits for the previous chunk's ``replica_minutes``.
+* ``replica_minutes`` (``run_replica_minutes``, ``drop_scratch``): reads the chunk's
+  ``call_costs`` (history, below the watermark) and reconciliation, then drops the scratch rows.
+* ``tasks`` (``run_tasks``): reads ``call_costs`` of the chunk and up to ``task_lookback_s``
+  before it (the previous chunk's, done before this chunk's ``cost``).
+
+So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``resolve``/``delete``
+of later chunks and ``tasks`` run beside it. No task reads rows a task running beside it writes:
+the result is the one a single worker gets in chunk order. ``resolve``/``delete`` run at most
+:data:`AHEAD` chunks ahead of the chain, which bounds the scratch rows and the time readers see
+a chunk without history rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+
+# resolve/delete of chunk i wait for replica_minutes of chunk i - AHEAD
+AHEAD = 2
+# task kind -> (.sql files, job the seconds count for, rank: lower runs first when several are ready)
+KINDS = {
+    "delete": (("delete_call_costs", "delete_replica_minutes", "delete_tasks"), "delete", 2),
+    "resolve": (("run_resolve",), "call_costs", 2),
+    "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
+    "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
+    "tasks": (("run_tasks",), "tasks", 1),
+}
+
+
+@dataclass
+class Chunk:
+    """One chunk of an explicit run: index, window [start, end) (UTC, naive) and its scratch run_id."""
+
+    index: int
+    start: datetime
+    end: datetime
+    run_id: int
+    scratch_dropped: bool = False
+
+
+@dataclass
+class Task:
+    """One step of a chunk: ``kind`` (a key of :data:`KINDS`) and the (kind, index) keys it waits for."""
+
+    kind: str
+    chunk: Chunk
+    deps: list[tuple[str, int]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.kind, self.chunk.index)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return KINDS[self.kind][0]
+
+    @property
+    def job(self) -> str:
+        return KINDS[self.kind][1]
+
+
+def plan(chunks: list[Chunk]) -> list[Task]:
+    """The tasks of ``chunks`` with their dependencies, in the order one worker runs them (a
+    topological order; also the preference among ready tasks)."""
+    tasks = []
+    for c in chunks:
+        i = c.index
+        ahead = [("replica_minutes", i - AHEAD)] if i >= AHEAD else []
+        tasks += [
+            Task("delete", c, list(ahead)),
+            Task("resolve", c, list(ahead)),
+            Task("cost", c, [("resolve", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
+            Task("replica_minutes", c, [("cost", i)]),
+            Task("tasks", c, [("cost", i)] + ([("tasks", i - 1)] if i else [])),
+        ]
+    return tasks
+
+
+def run_plan(store, tasks: list[Task], execute, *, workers: int) -> None:
+    """Run ``execute(client, task)`` for every task once its dependencies are done, on up to
+    ``workers`` clients at once (``store`` and ``store.clone()``s, closed afterwards).
+
+    Among ready tasks the lowest :data:`KINDS` rank, then the earliest chunk, goes first. The first
+    exception stops new tasks; running ones finish; then it is raised.
+    """
+    if workers <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            execute(store, task)
+        return
+    order = {t.key: n for n, t in enumerate(tasks)}
+    pending = sorted(tasks, key=lambda t: (KINDS[t.kind][2], t.chunk.index, order[t.key]))
+    done: set[tuple[str, int]] = set()
+    state = {"running": 0, "error": None}
+    cond = threading.Condition()
+
+    def next_task():
+        with cond:
+            while True:
+                if state["error"] is not None or not pending:
+                    return None
+                for task in pending:
+                    if all(dep in done for dep in task.deps):
+                        pending.remove(task)
+                        state["running"] += 1
+                        return task
+                if state["running"] == 0:  # a cycle: plan() never makes one
+                    state["error"] = RuntimeError(f"no runnable job task among {[t.key for t in pending]}")
+                    cond.notify_all()
+                    return None
+                cond.wait()
+
+    def work(client):
+        while (task := next_task()) is not None:
+            try:
+                execute(client, task)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                with cond:
+                    state["running"] -= 1
+                    state["error"] = state["error"] or exc
+                    cond.notify_all()
+                return
+            with cond:
+                state["running"] -= 1
+                done.add(task.key)
+                cond.notify_all()
+
+    clients = [store]
+    try:
+        clients += [store.clone() for _ in range(min(workers, len(tasks)) - 1)]
+        threads = [threading.Thread(target=work, args=(client,), name=f"cost-jobs-{n}", daemon=True)
+                   for n, client in enumerate(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        for client in clients[1:]:
+            client.close()
+    if state["error"] is not None:
+        raise state["error"]

@@ -1,0 +1,147 @@
+"""The explicit cost runner on two workers (schema/jobs/schedule.py): the dependency graph of a
+chunk's steps, the scheduler, and the same history rows as one worker in chunk order."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+import pandas.testing as pdt
+import pytest
+
+from schema import jobs
+from schema.fleet import parse_fleet, sync_fleet
+from schema.jobs.schedule import Chunk, plan, run_plan
+from tests.conftest import ROOT
+
+T0 = datetime(2026, 3, 2, 0, 0)
+
+
+def _chunks(n: int) -> list[Chunk]:
+    return [Chunk(i, T0 + timedelta(hours=i), T0 + timedelta(hours=i + 1), 100 + i) for i in range(n)]
+
+
+def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
+    deps = {t.key: set(t.deps) for t in plan(_chunks(4))}
+    # cost of a chunk: its resolution and delete, and the previous chunk's replica_minutes
+    # (learned capacity reads the history before the chunk)
+    assert deps[("cost", 0)] == {("resolve", 0), ("delete", 0)}
+    assert deps[("cost", 2)] == {("resolve", 2), ("delete", 2), ("replica_minutes", 1)}
+    assert deps[("replica_minutes", 2)] == {("cost", 2)}
+    assert deps[("tasks", 2)] == {("cost", 2), ("tasks", 1)}
+    # resolution and delete run at most AHEAD (2) chunks ahead of the chain
+    assert deps[("resolve", 1)] == deps[("delete", 1)] == set()
+    assert deps[("resolve", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}
+
+
+class _Client:
+    def __init__(self, log):
+        self.log, self.closed = log, False
+
+    def clone(self):
+        client = _Client(self.log)
+        self.log.append(client)
+        return client
+
+    def close(self):
+        self.closed = True
+
+
+def test_run_plan_waits_for_dependencies_and_overlaps_independent_steps():
+    tasks = plan(_chunks(3))
+    events, lock, clones = {}, threading.Lock(), []
+
+    def execute(client, task):
+        with lock:
+            events[task.key] = [time.perf_counter(), None]
+        time.sleep(0.02)
+        with lock:
+            events[task.key][1] = time.perf_counter()
+
+    run_plan(_Client(clones), tasks, execute, workers=2)
+    assert set(events) == {t.key for t in tasks}
+    for task in tasks:
+        for dep in task.deps:
+            assert events[dep][1] <= events[task.key][0], (task.key, dep)
+    overlapping = [(a, b) for a in events for b in events if a < b
+                   and events[a][0] < events[b][1] and events[b][0] < events[a][1]]
+    assert overlapping  # e.g. replica_minutes beside tasks of the same chunk
+    assert len(clones) == 1 and clones[0].closed
+
+
+def test_run_plan_raises_the_first_error_and_starts_nothing_that_needs_it():
+    tasks = plan(_chunks(3))
+    ran = []
+
+    def execute(client, task):
+        if task.key == ("cost", 1):
+            raise RuntimeError("boom")
+        ran.append(task.key)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        run_plan(_Client([]), tasks, execute, workers=2)
+    assert ("replica_minutes", 1) not in ran and ("tasks", 1) not in ran and ("cost", 2) not in ran
+
+
+FLEET = """gpu_types:
+  H100: {{prices: [{{usd_per_gpu_hour: 3.6, valid_from: 2025-01-01}}]}}
+  A100: {{prices: [{{usd_per_gpu_hour: 1.8, valid_from: 2025-01-01}}]}}
+replicas:
+""" + "".join(f"  r{i}: {{{{gpu_type: {'H100' if i < 6 else 'A100'}, gpu_count: 1}}}}\n" for i in range(10)) + """
+allocation: {{w_prefill: 0.25, w_decode: {w_decode}}}
+"""
+SPAN = timedelta(hours=36)
+CALLS = 1500
+
+
+def _seed(store, end: datetime) -> None:
+    """benchmarks/bench_cost.py's workload, 1,500 calls over 36 h (gateway + engine rows, tasks of 5
+    calls, gauges every 15 s with requests waiting: capacity is learned from saturated minutes)."""
+    sql = ROOT / "benchmarks" / "sql"
+    t0 = end - SPAN
+    params = {"first": 0, "n": CALLS, "t0": t0, "ms_per_call": SPAN.total_seconds() * 1000 / CALLS}
+    store.command((sql / "bench_cost_calls.sql").read_text(), params, tag="test.seed")
+    store.command((sql / "bench_cost_tasks.sql").read_text(), params, tag="test.seed")
+    store.command((sql / "bench_cost_gauges.sql").read_text(), {"t0": t0, "span_s": int(SPAN.total_seconds())},
+                  tag="test.seed")
+
+
+def _history(store):
+    out = {}
+    for table, key in (("call_costs_history", "minute, replica, call_id"), ("replica_minutes_history", "minute, replica"),
+                       ("tasks_history", "minute, task_id")):
+        out[table] = store.query_df(f"SELECT * EXCEPT computed_at FROM {table} ORDER BY {key}", tag="test.read")
+    return out
+
+
+def _assert_same(a, b):
+    for table in a:
+        pdt.assert_frame_equal(a[table], b[table], check_exact=False, rtol=1e-9, atol=1e-12, obj=table)
+
+
+def test_two_workers_write_what_one_worker_writes_after_a_weight_change(store):
+    """A weight change alters every minute's work, so each chunk's learned capacity depends on the
+    chunks recomputed before it: two workers must still give the rows one worker gives."""
+    end = T0 + SPAN
+    jobs.stop(store)
+    _seed(store, end)
+    runs = {}
+    for label, w_decode, workers in (("w1 serial", 1.0, 1), ("w2 serial", 2.0, 1), ("w1 parallel", 1.0, 2),
+                                     ("w2 parallel", 2.0, 2)):
+        sync_fleet(store, parse_fleet(FLEET.format(w_decode=w_decode)))
+        said = []
+        run = jobs.run_jobs(store, start=end - SPAN, end=end, chunk=timedelta(hours=12), workers=workers,
+                            progress=said.append)
+        assert run.chunks == 3 and [s.split("(chunk ")[1][:3] for s in said] == ["1/3", "2/3", "3/3"]
+        runs[label] = _history(store)
+    sources = set(runs["w1 serial"]["replica_minutes_history"]["capacity_source"])
+    assert "saturated" in sources
+    assert len(runs["w1 serial"]["tasks_history"]) > 200
+    # the weights matter (else the comparison below could not fail)
+    assert not runs["w1 serial"]["call_costs_history"]["cost_usd"].equals(runs["w2 serial"]["call_costs_history"]["cost_usd"])
+    _assert_same(runs["w1 serial"], runs["w1 parallel"])
+    _assert_same(runs["w2 serial"], runs["w2 parallel"])
+    # no scratch rows left behind
+    assert store.scalar("SELECT count() FROM resolved_calls_runs", tag="test.read") == 0
+    assert store.scalar("SELECT count() FROM reconciliation_runs", tag="test.read") == 0

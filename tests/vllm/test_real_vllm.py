@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.conftest import ARTIFACTS
-from tests.vllm.workload import run_workload
+from tests.vllm.workload import ABORT_MAX_TOKENS, run_workload
 
 KNOWN_FINISH = {"stop", "length", "repetition"}
 W_PREFILL, W_DECODE = 0.25, 1.0  # fleet defaults (fleet.example.yaml allocation weights)
@@ -75,8 +75,9 @@ def test_every_engine_request_is_a_call(run, stack):
     """Each llm_request span (grouped by parent: n=2 gives two) is exactly one resolved call."""
     traces = [s.trace_id for s in run["seen"]]
     engine = q(stack.store, """
-        SELECT ParentSpanId AS parent, count() AS spans, groupArray(SpanId) AS ids FROM otel_traces
-        WHERE SpanName = 'llm_request' AND TraceId IN {t:Array(String)} GROUP BY ParentSpanId""", {"t": traces})
+        SELECT ParentSpanId AS parent, count() AS spans, groupArray(SpanId) AS ids, any(TraceId) AS trace
+        FROM otel_traces WHERE SpanName = 'llm_request' AND TraceId IN {t:Array(String)} GROUP BY ParentSpanId""",
+              {"t": traces})
     resolved = calls(stack.store, traces)
     engine_calls = [c for c in resolved if c["source"] == "engine"]
     assert len(engine) == len(engine_calls), (engine, engine_calls)
@@ -84,8 +85,32 @@ def test_every_engine_request_is_a_call(run, stack):
     assert all(set(e["ids"]) & covered for e in engine), "an engine request with no call"
     # The client's successful calls and the engine requests match one to one.
     ok = [s for s in run["seen"] if s.ok]
-    assert len(engine) == len(ok)
-    assert sorted(e["spans"] for e in engine) == sorted(s.n for s in ok)
+    late = finished_before_abort(run, stack)
+    by_trace = {s.trace_id: s for s in run["seen"]}
+    assert len(engine) == len(ok) + len(late), ("engine requests of calls the client did not see succeed: "
+                                                + repr([by_trace[e["trace"]] for e in engine
+                                                        if not by_trace[e["trace"]].ok]))
+    assert sorted(e["spans"] for e in engine if by_trace[e["trace"]].ok) == sorted(s.n for s in ok)
+
+
+def finished_before_abort(run, stack) -> list[dict]:
+    """The aborted call's engine request when vLLM generated all of it before the abort reached it.
+
+    vLLM 0.32 exports no span for a request it aborted, so an engine span under the aborted call
+    means the race was lost: the client left after the engine had finished (the tiny model on a quiet
+    host generates the 900 tokens in ~2 s; the gateway, the receiver and the client share this test's
+    interpreter, and an insert holding it can delay the abort by that much). Then the span must be
+    the whole generation; anything else is a defect."""
+    (abort,) = by_case(run, "abort")
+    rows = q(stack.store, """SELECT toUInt32OrZero(SpanAttributes['gen_ai.usage.completion_tokens']) AS output
+                             FROM otel_traces WHERE SpanName = 'llm_request' AND TraceId = {t:String}""",
+             {"t": abort.trace_id})
+    assert all(r["output"] == ABORT_MAX_TOKENS for r in rows), ("an aborted request's span that is not a "
+                                                                 "whole generation", rows)
+    if rows:
+        print(f"[test-vllm] the abort reached vLLM after it finished ({ABORT_MAX_TOKENS} tokens): costed as a "
+              "whole generation")
+    return rows
 
 
 def _ok_calls(run, stack):
@@ -122,7 +147,11 @@ def test_finish_reasons_are_known(run, stack):
     # from t0 exactly: the fidelity test's emulated replicas (no gateway in front, so no finish reason
     # to recover) served in the same store until just before the workload started
     panel = ops.finish_reasons(stack.store, run["t0"], datetime.now(timezone.utc))
-    assert set(panel["finish_reason"]) <= KNOWN_FINISH, panel.to_dict("records")
+    # An aborted call vLLM finished anyway has no finish reason anywhere (no span attribute, and the
+    # gateway cut the stream when the client left): the one 'unknown' allowed.
+    unknown = int(panel.loc[panel["finish_reason"] == "unknown", "requests"].sum())
+    assert unknown == len(finished_before_abort(run, stack)), panel.to_dict("records")
+    assert set(panel["finish_reason"]) - {"unknown"} <= KNOWN_FINISH, panel.to_dict("records")
 
 
 def client_tokens_received(store, trace_id) -> int:

@@ -19,6 +19,7 @@ from serving.plans import RetryPolicy
 from serving.sdk import AsyncInstrumentedOpenAI, CallFailed, InstrumentedOpenAI, task
 from serving.workloads.prompts import WORDS
 
+ABORT_MAX_TOKENS = 900  # the aborted call asks for this many (ignore_eos); the client leaves after 8
 SHARED_PREFIX_WORDS = 420  # > 3 blocks of 128 tokens (the CPU build's KV block): a prefix-cache hit of 384+
 
 
@@ -123,7 +124,7 @@ async def _abort_case(url, provider, model, messages, tokens_first: int = 8) -> 
     async with task("chat", tenant="acme", slo_e2e_ms=60_000, tracer_provider=provider) as t:
         seen = Seen("abort", t.task_id, f"{t.span.get_span_context().trace_id:032x}", True)
         with t.step("answer"):
-            call = asyncio.ensure_future(client.chat(model=model, messages=messages, max_tokens=900,
+            call = asyncio.ensure_future(client.chat(model=model, messages=messages, max_tokens=ABORT_MAX_TOKENS,
                                                      extra_body={"ignore_eos": True}))
             waiting = asyncio.ensure_future(watch.reached.wait())
             await asyncio.wait({call, waiting}, timeout=120, return_when=asyncio.FIRST_COMPLETED)

@@ -147,10 +147,11 @@ def test_finish_reasons_are_known(run, stack):
     # from t0 exactly: the fidelity test's emulated replicas (no gateway in front, so no finish reason
     # to recover) served in the same store until just before the workload started
     panel = ops.finish_reasons(stack.store, run["t0"], datetime.now(timezone.utc))
-    # An aborted call vLLM finished anyway has no finish reason anywhere (no span attribute, and the
-    # gateway cut the stream when the client left): the one 'unknown' allowed.
+    # An aborted call vLLM finished anyway has no finish reason when the gateway cut the stream as the
+    # client left (no span attribute, no last chunk); when the gateway had relayed it all first, it
+    # has the gateway's: at most that one 'unknown'.
     unknown = int(panel.loc[panel["finish_reason"] == "unknown", "requests"].sum())
-    assert unknown == len(finished_before_abort(run, stack)), panel.to_dict("records")
+    assert unknown <= len(finished_before_abort(run, stack)), panel.to_dict("records")
     assert set(panel["finish_reason"]) - {"unknown"} <= KNOWN_FINISH, panel.to_dict("records")
 
 
@@ -186,7 +187,11 @@ def test_rejected_and_aborted_calls_are_client_errors(run, stack):
             SELECT call_source, error_class FROM llm_calls WHERE trace_id = {t:String} AND call_source != 'engine'""",
                                                           {"t": s.trace_id})}
     assert set(got["too_long"].values()) == {"client_error"}, got
-    assert set(got["abort"].values()) == {"client_cancel"}, got
+    assert got["abort"]["client"] == "client_cancel", got
+    # The gateway's attempt is a client_cancel too, unless vLLM finished first and the gateway relayed
+    # the whole answer before the client left (finished_before_abort): then the attempt was a success.
+    allowed = {"client_cancel", ""} if finished_before_abort(run, stack) else {"client_cancel"}
+    assert got["abort"]["gateway"] in allowed, got
 
 
 def test_costs_conserve(run, stack):

@@ -98,7 +98,8 @@ def insert_trace_payloads(store, payloads: Iterable[bytes], *, tag: str = "inges
     merged = _protobuf_settings(bool(getattr(store, "embedded", False)))
     if settings:
         merged = {**merged, **settings}
-    store.raw_insert(TRACES_INPUT_TABLE, b"".join(parts), "Protobuf", tag=tag, settings=merged)
+    # the parts as they are: the store writes them one after the other (never joined on the embedded store)
+    store.raw_insert(TRACES_INPUT_TABLE, parts, "Protobuf", tag=tag, settings=merged)
     return len(parts) // 2
 
 

@@ -253,7 +253,8 @@ class RefusingConnection(FaultyConnection):
     """The real store, except that it refuses (StoreQueryError) any insert holding span id 0x..2a."""
 
     def raw_insert(self, table, data, fmt, **kwargs):
-        if (42).to_bytes(8, "big") in data:
+        body = data if isinstance(data, (bytes, bytearray)) else b"".join(data)  # bytes or the parts
+        if (42).to_bytes(8, "big") in body:
             raise StorePayloadError("injected: Cannot parse input", "test")
         return self.store.raw_insert(table, data, fmt, **kwargs)
 

@@ -1,7 +1,7 @@
 """The cost figures as Prometheus metrics (``/metrics`` of the query API), for Prometheus, Grafana and
 Alertmanager users.
 
-Every value is a named query's (``cost.period_summary``, ``cost.waste_breakdown``) over a trailing
+Every value is a named query's (``cost.period_summaries``, ``cost.waste_breakdown``) over a trailing
 window (default the last hour, ending at the newest whole minute; the window is in each help text and
 the ``infercost_cost_window_seconds`` gauge). Gauges, not counters: a cost figure of a window is
 recomputed when late data arrives, so it can go down. Results are cached ``cache_s`` seconds so
@@ -81,7 +81,9 @@ class CostCollector:
                 if v is not None:
                     fam.add_metric(labels, v)
 
-        fleet = cost.period_summary(self.store, start, end)
+        # the fleet row and the three breakdowns in one query (each source read once for all four)
+        summaries = cost.period_summaries(self.store, start, end, ("",) + DIMENSIONS)
+        fleet = summaries[""]
         if len(fleet):
             row = fleet.iloc[0].to_dict()
             v = _num(row.get("spend_usd"))
@@ -89,8 +91,7 @@ class CostCollector:
                 spend.add_metric([], v / hours)
             add(row, "fleet", "")
         for dim in DIMENSIONS:
-            df = cost.period_summary(self.store, start, end, by=dim)
-            for row in df.to_dict("records"):
+            for row in summaries[dim].to_dict("records"):
                 add(row, dim, str(row.get("grp") or "(none)"))
         breakdown = cost.waste_breakdown(self.store, start, end)
         for row in breakdown.to_dict("records"):

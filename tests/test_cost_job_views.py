@@ -1,0 +1,118 @@
+"""Migration 0180 re-plans three cost-job views (issue 18, item 4): their rows must be 0064's.
+
+The views 0180 replaces (``job_resolved_calls``, ``job_reconciliation``, ``job_tasks``) are
+created again from 0064's text under ``<name>_0064`` in the test's database, and both versions
+read the same scenario: counters with prefix-cache hits (cached tokens estimated from them),
+minutes with counters and no span, minutes with spans and no counters, a crashed stream
+(gap work), rooted tasks (success with a retry, failure), a rootless task abandoned inside the
+window, an unattributed call. Each view's rows must match value by value; floats to 1e-12
+relative (a sum whose terms are read in another order may differ in its last bit).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from schema import jobs
+from schema.jobs import sql_statements
+from schema.migrate import MIGRATIONS_DIR
+from tests.producers import scrape, vllm_metrics_page
+from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
+
+REPLACED = ("job_resolved_calls", "job_reconciliation", "job_tasks")
+RUN_ID = 9_180_001
+
+
+def ns(seconds: float) -> int:
+    return int(at(seconds).timestamp() * 1e9)
+
+
+def unix(seconds: float) -> float:
+    return at(seconds).timestamp()
+
+
+def create_0064_views(store) -> None:
+    """0064's definitions of the replaced views, as ``<name>_0064``."""
+    for statement in sql_statements(MIGRATIONS_DIR / "0064_create_cost_jobs_v2.sql"):
+        for view in REPLACED:
+            if statement.startswith(f"CREATE OR REPLACE VIEW {view} AS"):
+                store.command(statement.replace(f"VIEW {view} AS", f"VIEW {view}_0064 AS", 1), tag="test.views")
+
+
+def scenario(store) -> None:
+    sync(store, fleet_yaml(w_prefill=0.25, replicas=("r1", "r2")))
+    # r1: counters with prefix-cache hits every minute at +45 s, minute 3 with counters but no call
+    totals = [(0, 0, 0), (1000, 20, 450), (1500, 70, 650), (1500, 300, 650), (1600, 310, 700)]
+    for minute, (prompt, generation, cached) in enumerate(totals):
+        scrape(store, vllm_metrics_page([{"running": 2, "waiting": 1, "prompt": prompt, "generation": generation,
+                                          "cached": cached, "created": unix(0)}]),
+               replica="r1", at_ns=ns(60 * minute + 45))
+    # r2: gauges only until minute 2 (its calls there have no counters), counters from minute 3
+    metrics_up(store, "r2", [0, 1, 2, 3, 4], counters={3: (50, 5), 4: (120, 40)})
+    sp = Spans()
+    # A (rooted, success): a crashed stream on r1 (no engine span: takes gap work), then its retry
+    sp.task("trA", "A", 50, 140)
+    sp.call(task_id="A", step="s", attempt=1, start=61, end=70, prompt=300, output=0, streamed=6, ok=False,
+            partial=True, engine=False, trace="trA")
+    sp.call(task_id="A", step="s", attempt=2, start=72, end=130, prompt=500, output=50, trace="trA")
+    # F (rooted, failure) on r2, minutes 1-2, no counters there
+    sp.task("trF", "F", 60, 170, outcome="failure")
+    sp.call(task_id="F", step="x", start=65, end=150, prompt=200, output=40, replica="r2", trace="trF")
+    # B (no root span): last call ends at 200 s, abandoned at 800 s, inside the window
+    sp.call(task_id="B", step="y", start=185, end=200, prompt=100, output=10, replica="r2", trace="trB")
+    # an unattributed engine request on r1 with no cached count anywhere: estimated from the hit rate
+    sp.call(task_id=None, start=62, end=66, prompt=1000, output=20, client=False, gateway=False)
+    sp.flush(store)
+
+
+def rows(store, sql: str, params: dict, key: list[str]):
+    df = store.query_df(sql, params, tag="test.views")
+    return df.sort_values(key, kind="stable").reset_index(drop=True)
+
+
+def assert_same_rows(new, old, what: str) -> None:
+    assert list(new.columns) == list(old.columns), what
+    assert len(new) == len(old) and len(new) > 0, (what, len(new), len(old))
+    for column in new.columns:
+        for i, (a, b) in enumerate(zip(new[column].tolist(), old[column].tolist())):
+            if isinstance(a, float) or isinstance(b, float):
+                same = (a is None and b is None) or (a is not None and b is not None and (
+                    (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-12, abs=1e-15)))
+            else:
+                same = (a == b) or (a != a and b != b)  # NaT / NaN
+            assert same, f"{what}: row {i} column {column}: 0180 {a!r} != 0064 {b!r}"
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
+def test_replanned_views_give_0064s_rows(cstore, lo, hi):
+    scenario(cstore)
+    create_0064_views(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs, which job_tasks reads
+    p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
+    window = "ws = {ws:DateTime}, we = {we:DateTime}"
+    resolved = rows(cstore, f"SELECT * FROM job_resolved_calls({window})", p, ["trace_id", "call_id"])
+    assert_same_rows(resolved, rows(cstore, f"SELECT * FROM job_resolved_calls_0064({window})", p,
+                                    ["trace_id", "call_id"]), "job_resolved_calls")
+    # the reconciliation reads the run's resolved calls
+    cstore.command(sql_statements(jobs.JOBS_DIR / "run_resolve.sql")[0], p, tag="test.views")
+    try:
+        run = window + ", run_id = {run_id:UInt64}"
+        rec = rows(cstore, f"SELECT * FROM job_reconciliation({run})", p, ["replica", "minute"])
+        assert_same_rows(rec, rows(cstore, f"SELECT * FROM job_reconciliation_0064({run})", p,
+                                   ["replica", "minute"]), "job_reconciliation")
+    finally:
+        cstore.command("ALTER TABLE resolved_calls_runs DROP PARTITION {run_id:UInt64}", p, tag="test.views")
+    tasks = rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks({window})", p, ["task_id"])
+    assert_same_rows(tasks, rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks_0064({window})", p,
+                                 ["task_id"]), "job_tasks")
+    if (lo, hi) == (0, 1200):
+        # the scenario reaches the rewritten paths: an estimated cached count; minutes with counters
+        # and no span work and the reverse; rooted and rootless tasks
+        assert "estimate" in set(resolved["cached_source"])
+        assert ((rec["span_work"] == 0) & rec["counter_prompt_tokens"].notna()).any()
+        assert ((rec["span_work"] > 0) & rec["counter_prompt_tokens"].isna()).any()
+        assert (rec["gap_work"] > 0).any()
+        assert set(tasks["outcome"]) == {"success", "failure", "abandoned"}
+        assert set(tasks.loc[tasks["outcome"] == "abandoned", "has_root"]) == {0}

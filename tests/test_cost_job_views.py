@@ -1,10 +1,11 @@
-"""Migration 0180 re-plans three cost-job views (issue 18, item 4): their rows must be 0064's.
+"""Migration 0180 re-plans four cost-job views (issue 18, item 4): their rows must be 0064's.
 
-The views 0180 replaces (``job_resolved_calls``, ``job_reconciliation``, ``job_tasks``) are
+The views 0180 replaces (``job_resolved_calls``, ``job_reconciliation``, ``job_replica_spend``,
+``job_tasks``) are
 created again from 0064's text under ``<name>_0064`` in the test's database, and both versions
 read the same scenario: counters with prefix-cache hits (cached tokens estimated from them),
 minutes with counters and no span, minutes with spans and no counters, a crashed stream
-(gap work), rooted tasks (success with a retry, failure), a rootless task abandoned inside the
+(gap work), a reserved replica that is never up (one failed scrape), rooted tasks (success with a retry, failure), a rootless task abandoned inside the
 window, an unattributed call. Each view's rows must match value by value; floats to 1e-12
 relative (a sum whose terms are read in another order may differ in its last bit).
 """
@@ -21,7 +22,7 @@ from schema.migrate import MIGRATIONS_DIR
 from tests.producers import scrape, vllm_metrics_page
 from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
 
-REPLACED = ("job_resolved_calls", "job_reconciliation", "job_tasks")
+REPLACED = ("job_resolved_calls", "job_reconciliation", "job_replica_spend", "job_tasks")
 RUN_ID = 9_180_001
 
 
@@ -42,7 +43,10 @@ def create_0064_views(store) -> None:
 
 
 def scenario(store) -> None:
-    sync(store, fleet_yaml(w_prefill=0.25, replicas=("r1", "r2")))
+    # r3: reserved, billed every minute; its one scrape failed
+    sync(store, fleet_yaml(w_prefill=0.25, replicas=("r1", "r2")).replace(
+        "replicas:\n", "replicas:\n  r3: {gpu_type: A100, gpu_count: 2, billing: reserved}\n"))
+    scrape(store, None, replica="r3", at_ns=ns(90))
     # r1: counters with prefix-cache hits every minute at +45 s, minute 3 with counters but no call
     totals = [(0, 0, 0), (1000, 20, 450), (1500, 70, 650), (1500, 300, 650), (1600, 310, 700)]
     for minute, (prompt, generation, cached) in enumerate(totals):
@@ -104,6 +108,9 @@ def test_replanned_views_give_0064s_rows(cstore, lo, hi):
                                    ["replica", "minute"]), "job_reconciliation")
     finally:
         cstore.command("ALTER TABLE resolved_calls_runs DROP PARTITION {run_id:UInt64}", p, tag="test.views")
+    spend = rows(cstore, f"SELECT * FROM job_replica_spend({window})", p, ["replica", "minute"])
+    assert_same_rows(spend, rows(cstore, f"SELECT * FROM job_replica_spend_0064({window})", p,
+                                 ["replica", "minute"]), "job_replica_spend")
     tasks = rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks({window})", p, ["task_id"])
     assert_same_rows(tasks, rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks_0064({window})", p,
                                  ["task_id"]), "job_tasks")
@@ -114,5 +121,7 @@ def test_replanned_views_give_0064s_rows(cstore, lo, hi):
         assert ((rec["span_work"] == 0) & rec["counter_prompt_tokens"].notna()).any()
         assert ((rec["span_work"] > 0) & rec["counter_prompt_tokens"].isna()).any()
         assert (rec["gap_work"] > 0).any()
+        assert set(spend.loc[spend["replica"] == "r3", "up"]) == {0} and (spend["replica"] == "r3").sum() == 20
+        assert ((spend["up_metrics"] == 1) & (spend["up_spans"] == 0)).any()
         assert set(tasks["outcome"]) == {"success", "failure", "abandoned"}
         assert set(tasks.loc[tasks["outcome"] == "abandoned", "has_root"]) == {0}

@@ -7,6 +7,8 @@
 --   * job_reconciliation: the counters and the per-minute call pieces joined once by a FULL OUTER
 --     JOIN (both are grouped by replica and minute), not through a UNION DISTINCT of their keys
 --     that expanded both again;
+--   * job_replica_spend: the gauges and the minutes with work joined once by a FULL OUTER JOIN, then
+--     the reserved minutes, not a UNION DISTINCT of the three key sets joined to the gauges again;
 --   * job_tasks: the ended tasks' pieces in one read of call_costs (rooted and rootless tasks are
 --     disjoint: a rootless task has no root span in the range roots reads).
 
@@ -204,6 +206,84 @@ FROM counters AS ct
 FULL OUTER JOIN per_minute AS pm ON pm.pm_replica = ct.replica AND pm.pm_minute = ct.minute
 LEFT JOIN gauges AS g ON g.g_replica = if(ct.replica != '', ct.replica, pm.pm_replica)
                     AND g.g_minute = if(ct.replica != '', ct.minute, pm.pm_minute);
+
+CREATE OR REPLACE VIEW job_replica_spend AS
+WITH
+    {ws:DateTime} AS ws,
+    {we:DateTime} AS we,
+    (SELECT argMax(default_gpu_type, synced_at) FROM cost_settings) AS default_gpu_type,
+    (SELECT argMax(default_gpu_count, synced_at) FROM cost_settings) AS default_gpu_count,
+    gauges AS (SELECT * FROM job_replica_gauges(ws = {ws:DateTime}, we = {we:DateTime})),
+    work_minutes AS (
+        SELECT replica AS wm_replica, minute AS wm_minute FROM call_costs
+        WHERE minute >= ws AND minute < we AND replica != '' AND work > 0
+        GROUP BY replica, minute
+    ),
+    reserved_minutes AS (
+        SELECT replica, minute FROM replicas
+        ARRAY JOIN arrayMap(i -> ws + i * 60, range(toUInt64(dateDiff('minute', ws, we)))) AS minute
+        WHERE billing = 'reserved'
+    ),
+    -- the gauges and the work minutes joined once (both grouped by replica and minute), then the
+    -- reserved minutes; a key is a minute up by the gauges, with work, or reserved
+    gauges_work AS (
+        SELECT if(g.replica != '', g.replica, wm.wm_replica) AS gw_replica,
+               toDateTime(if(g.replica != '', g.minute, wm.wm_minute), 'UTC') AS gw_minute,
+               g.up_metrics AS up_metrics, toUInt8(wm.wm_replica != '') AS up_spans,
+               g.queue_waiting_avg AS queue_waiting_avg, g.queue_waiting_max AS queue_waiting_max,
+               g.running_avg AS running_avg, g.kv_usage_avg AS kv_usage_avg, g.kv_usage_max AS kv_usage_max,
+               g.saturated AS saturated
+        FROM gauges AS g
+        FULL OUTER JOIN work_minutes AS wm ON wm.wm_replica = g.replica AND wm.wm_minute = g.minute
+    ),
+    keys AS (
+        SELECT if(gw.gw_replica != '', gw.gw_replica, rs.replica) AS replica,
+               toDateTime(if(gw.gw_replica != '', gw.gw_minute, rs.minute), 'UTC') AS minute,
+               gw.up_metrics AS up_metrics, gw.up_spans AS up_spans,
+               gw.queue_waiting_avg AS queue_waiting_avg, gw.queue_waiting_max AS queue_waiting_max,
+               gw.running_avg AS running_avg, gw.kv_usage_avg AS kv_usage_avg, gw.kv_usage_max AS kv_usage_max,
+               gw.saturated AS saturated
+        FROM gauges_work AS gw
+        FULL OUTER JOIN (SELECT DISTINCT replica, minute FROM reserved_minutes) AS rs
+            ON rs.replica = gw.gw_replica AND rs.minute = gw.gw_minute
+        WHERE gw.up_metrics = 1 OR gw.up_spans = 1 OR rs.replica != ''
+    ),
+    fleet AS (
+        SELECT replica AS f_replica, gpu_type AS f_gpu_type, gpu_count AS f_gpu_count, billing AS f_billing FROM replicas
+    ),
+    price_arrays AS (
+        SELECT gpu_type AS pa_type,
+               arraySort(x -> x.1, groupArray((toInt64(toUnixTimestamp(valid_from)), usd_per_gpu_hour))) AS pa
+        FROM gpu_prices GROUP BY gpu_type
+    ),
+    sized AS (
+        SELECT k.replica AS replica, k.minute AS minute, toInt64(toUnixTimestamp(k.minute)) AS m_s,
+               toUInt8(f.f_replica != '') AS in_fleet,
+               if(in_fleet, f.f_gpu_type, default_gpu_type) AS fleet_gpu_type,
+               if(in_fleet, f.f_gpu_count, default_gpu_count) AS fleet_gpu_count,
+               if(in_fleet AND f.f_billing = 'reserved', 'reserved', 'on_demand') AS billing,
+               k.up_metrics AS up_metrics, k.up_spans AS up_spans,
+               k.queue_waiting_avg AS queue_waiting_avg, k.queue_waiting_max AS queue_waiting_max,
+               k.running_avg AS running_avg, k.kv_usage_avg AS kv_usage_avg, k.kv_usage_max AS kv_usage_max,
+               k.saturated AS saturated, pa.pa AS prices
+        FROM keys AS k
+        LEFT JOIN fleet AS f ON f.f_replica = k.replica
+        LEFT JOIN price_arrays AS pa ON pa.pa_type = if(f.f_replica != '', f.f_gpu_type, default_gpu_type)
+    )
+SELECT
+    replica, minute, fleet_gpu_type AS gpu_type, toUInt16(fleet_gpu_count) AS gpu_count,
+    -- USD per GPU in this minute: each price segment's seconds inside it
+    if(length(prices) = 0, 0,
+       arraySum(arrayMap(i -> prices[i].2 * greatest(0,
+           least(m_s + 60, if(i < length(prices), prices[i + 1].1, m_s + 60)) - greatest(m_s, prices[i].1)),
+           arrayEnumerate(prices))) / 3600) AS usd_per_gpu_minute,
+    usd_per_gpu_minute * 60 AS usd_per_gpu_hour,
+    in_fleet, billing,
+    toUInt8(arrayExists(x -> x.1 < m_s + 60, prices)) AS priced,
+    toUInt8(up_metrics) AS up_metrics, up_spans, toUInt8(up_metrics OR up_spans) AS up,
+    fleet_gpu_count * usd_per_gpu_minute AS spend_usd,
+    queue_waiting_avg, queue_waiting_max, running_avg, kv_usage_avg, kv_usage_max, toUInt8(saturated) AS saturated
+FROM sized;
 
 CREATE OR REPLACE VIEW job_tasks AS
 WITH

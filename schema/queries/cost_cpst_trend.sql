@@ -26,7 +26,9 @@ WITH
                        p_by = 'replica', replica, '') AS grp,
                sum(cost_usd) AS alloc
         FROM (
-            SELECT minute, task_type, tenant_id, model, replica, cost_usd FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            SELECT minute, task_type, tenant_id, model, replica, cost_usd
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT hour, task_type, tenant_id, model, replica, cost_usd FROM cost_hours
@@ -39,7 +41,9 @@ WITH
         SELECT toStartOfInterval(minute, toIntervalSecond(p_bucket)) AS bucket,
                sum(spend_usd) AS b_spend, sum(idle_usd) AS b_idle, sum(allocated_usd) AS b_alloc
         FROM (
-            SELECT minute, spend_usd, idle_usd, allocated_usd FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            SELECT minute, spend_usd, idle_usd, allocated_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT hour, spend_usd, idle_usd, allocated_usd FROM cost_replica_hours
@@ -56,7 +60,8 @@ WITH
         FROM (
             SELECT minute, task_type, tenant_id, model, countIf(outcome = 'success') AS t_successes,
                    countIf(outcome = 'success' AND slo_met = 1) AS t_slo_met
-            FROM (SELECT * FROM tasks_history WHERE minute < p_wm UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             GROUP BY minute, task_type, tenant_id, model
             UNION ALL

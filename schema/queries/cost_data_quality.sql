@@ -48,7 +48,8 @@ WITH
                    sum(unspanned_usd) AS r_unspanned,
                    sum(cached_estimated_tokens) AS r_cached_estimated,
                    sum(spend_usd) AS r_spend
-            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             GROUP BY replica
             UNION ALL
@@ -67,7 +68,9 @@ WITH
                sumIf(requests, call_source = 'gateway') AS gateway_evidence_calls,
                sumIf(requests, call_source = 'client') AS client_evidence_calls
         FROM (
-            SELECT replica, call_source, requests FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            SELECT replica, call_source, requests
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT replica, call_source, requests FROM cost_hours

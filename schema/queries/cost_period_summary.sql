@@ -50,7 +50,8 @@ WITH
         FROM (
             SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
                    prompt_tokens, cached_tokens, output_tokens
-            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
@@ -92,7 +93,9 @@ WITH
                if(by_dim = 'replica', replica, '') AS grp,
                sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle
         FROM (
-            SELECT replica, spend_usd, idle_usd FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            SELECT replica, spend_usd, idle_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE unfiltered
               AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
@@ -105,7 +108,8 @@ WITH
     ended AS (
         -- by replica only (the task's replicas are not rolled up): every task of the period, raw
         SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts, step_calls, steps
-        FROM (SELECT * FROM tasks_history WHERE minute < p_wm UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+        FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+              UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
         WHERE has(p_bys, 'replica') AND minute >= p_start AND minute < p_end
           AND (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
@@ -132,7 +136,8 @@ WITH
                        sumIf(attempts, outcome = 'success') AS t_ok_attempts,
                        sumIf(step_calls, outcome = 'success') AS t_ok_step_calls,
                        sumIf(steps, outcome = 'success') AS t_ok_steps
-                FROM (SELECT * FROM tasks_history WHERE minute < p_wm UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+                FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+                      UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
                 WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
                 GROUP BY task_type, tenant_id, model
                 UNION ALL
@@ -157,7 +162,8 @@ WITH
         FROM (SELECT * FROM ended WHERE has(p_bys, 'replica')) AS e
         LEFT JOIN (
             SELECT DISTINCT task_id, replica
-            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE has(p_bys, 'replica') AND minute >= p_start - INTERVAL 1 DAY AND minute < p_end
               AND task_id IN (SELECT task_id FROM ended WHERE has(p_bys, 'replica'))
         ) AS tr ON tr.task_id = e.task_id
@@ -178,7 +184,9 @@ WITH
     tot AS (
         SELECT sum(idle_usd) AS idle_total, sum(allocated_usd) AS alloc_total
         FROM (
-            SELECT idle_usd, allocated_usd FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            SELECT idle_usd, allocated_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT idle_usd, allocated_usd FROM cost_replica_hours

@@ -63,7 +63,8 @@ WITH
             SELECT replica, toStartOfInterval(minute, toIntervalSecond(p_win)) AS window_start,
                    sum(spend_usd) AS r_spend, sum(idle_usd) AS r_idle,
                    sum(ifNull(running_avg, 0)) AS r_running_sum, count(running_avg) AS r_running_n
-            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             GROUP BY replica, window_start
             UNION ALL
@@ -78,7 +79,9 @@ WITH
     ),
     ok AS (
         -- successful tasks that ended in the raw part of the range
-        SELECT task_id, minute FROM (SELECT * FROM tasks_history WHERE minute < p_wm UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+        SELECT task_id, minute
+        FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+              UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
         WHERE outcome = 'success'
           AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
     ),
@@ -87,7 +90,8 @@ WITH
         FROM (
             SELECT c.replica AS replica, toStartOfInterval(t.minute, toIntervalSecond(p_win)) AS window_start,
                    uniqExactState(c.task_id) AS s_state
-            FROM (SELECT task_id, replica, minute FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            FROM (SELECT task_id, replica, minute FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                                                        UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
                   WHERE ((minute >= p_h0 - INTERVAL 1 DAY AND minute < least(p_hs, p_end))
                          OR (minute >= p_re - INTERVAL 1 DAY AND minute < p_end))
                     AND task_id != '' AND task_id IN (SELECT task_id FROM ok)) AS c

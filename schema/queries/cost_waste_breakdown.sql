@@ -23,7 +23,9 @@ WITH
                sum(cost_usd) AS usd, sum(requests) AS calls,
                sum(if(cat = 'partial', toUInt64(output_tokens), prompt_tokens + output_tokens)) AS tokens
         FROM (
-            SELECT category, partial, cost_usd, requests, prompt_tokens, output_tokens FROM (SELECT * FROM call_costs_history WHERE minute < p_wm UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            SELECT category, partial, cost_usd, requests, prompt_tokens, output_tokens
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT category, partial, cost_usd, requests, prompt_tokens, output_tokens FROM cost_hours
@@ -37,7 +39,8 @@ WITH
         FROM (
             SELECT sum(spend_usd) AS r_spend, sum(idle_usd) AS r_idle, sumIf(idle_usd, up = 0) AS r_down,
                    countIf(up = 0) AS r_down_minutes
-            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             UNION ALL
             SELECT sum(spend_usd), sum(idle_usd), sum(down_usd), sum(down_minutes) FROM cost_replica_hours

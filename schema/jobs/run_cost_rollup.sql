@@ -61,12 +61,12 @@ GROUP BY hour, replica;
 
 -- The triangle's successes: successful tasks that ended in the hour, per replica that ran one of
 -- their calls from the day before the hour to its end.
-INSERT INTO cost_triangle_hours (hour, version, replica, part, successes_state)
+INSERT INTO cost_triangle_hours (hour, version, replica, part, successes)
 WITH toStartOfHour({ws:DateTime}) AS h0,
      toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
      least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
 SELECT toStartOfHour(t.minute) AS hour, {run_id:UInt64} AS version, c.replica AS replica, 'successes',
-       uniqExactState(c.task_id)
+       uniqExact(c.task_id)
 FROM (SELECT task_id, replica, minute FROM call_costs_history
       WHERE minute >= h0 - INTERVAL 1 DAY AND minute < h1 AND task_id != '') AS c
 INNER JOIN (SELECT task_id, minute FROM tasks_history

@@ -95,8 +95,9 @@ TTL hour + toIntervalDay({{retention_days}});
 -- The triangle per hour and replica: engine calls that ENDED in the hour (llm_calls, started at
 -- most a day before the hour) with their latencies as quantile states (merged exactly), and the
 -- successful tasks that ended in the hour with a call on the replica from the day before the hour
--- to its end (call_costs), as a distinct-count state. Two kinds of rows: part 'engine' (requests,
--- tokens, latency states; successes_state empty) and part 'successes' (successes_state only).
+-- to its end (call_costs), counted distinct (a task ends in one hour, so hours add up). Two kinds
+-- of rows: part 'engine' (requests, tokens, latency states; successes 0) and part 'successes'
+-- (successes only; empty latency states).
 CREATE TABLE IF NOT EXISTS cost_triangle_hours (
     hour DateTime('UTC'),
     version UInt64,
@@ -107,7 +108,7 @@ CREATE TABLE IF NOT EXISTS cost_triangle_hours (
     out_tokens UInt64,
     ttft_state AggregateFunction(quantileExact(0.99), Nullable(Float64)),
     e2e_state AggregateFunction(quantileExact(0.99), Float64),
-    successes_state AggregateFunction(uniqExact, String)
+    successes UInt64 COMMENT 'distinct successful tasks ended in the hour with a call on the replica'
 ) ENGINE = MergeTree()
 PARTITION BY toYYYYMM(hour)
 ORDER BY (hour, version, replica)

@@ -11,8 +11,9 @@
 -- hour's end (the successes look back a day).
 -- With windows of whole hours, the hours the cost jobs rolled up (migration 0170:
 -- cost_triangle_hours, cost_replica_hours) are read from the rollups, [p_hs, p_re): latencies as
--- quantile states and successes as distinct-count states, merged exactly; the partial edge hours
--- and hours not rolled up (the live window) from the raw tables. Shorter windows read raw only.
+-- quantile states, merged exactly, and successes as distinct counts per hour, summed (a task ends
+-- in one hour); the partial edge hours and hours not rolled up (the live window) from the raw
+-- tables. Shorter windows read raw only.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -86,10 +87,10 @@ WITH
           AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
     ),
     succ AS (
-        SELECT replica, window_start, uniqExactMerge(s_state) AS successes
+        SELECT replica, window_start, sum(s_successes) AS successes
         FROM (
             SELECT c.replica AS replica, toStartOfInterval(t.minute, toIntervalSecond(p_win)) AS window_start,
-                   uniqExactState(c.task_id) AS s_state
+                   uniqExact(c.task_id) AS s_successes
             FROM (SELECT task_id, replica, minute FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
                                                         UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
                   WHERE ((minute >= p_h0 - INTERVAL 1 DAY AND minute < least(p_hs, p_end))
@@ -101,7 +102,7 @@ WITH
             GROUP BY replica, window_start
             UNION ALL
             SELECT replica, toStartOfInterval(hour, toIntervalSecond(p_win)) AS window_start,
-                   uniqExactMergeState(successes_state)
+                   sum(successes)
             FROM cost_triangle_hours
             WHERE part = 'successes' AND hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]

@@ -13,6 +13,7 @@ import pytest
 from schema import jobs
 from schema.fleet import parse_fleet, sync_fleet
 from schema.jobs.schedule import Chunk, plan, run_plan
+from schema.queries import cost
 from tests.conftest import ROOT
 
 T0 = datetime(2026, 3, 2, 0, 0)
@@ -30,6 +31,9 @@ def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
     assert deps[("cost", 2)] == {("resolve", 2), ("delete", 2), ("replica_minutes", 1)}
     assert deps[("replica_minutes", 2)] == {("cost", 2)}
     assert deps[("tasks", 2)] == {("cost", 2), ("tasks", 1)}
+    # the hourly rollups after the chunk's rows, and after the previous chunk's rollup (a shared hour)
+    assert deps[("rollup", 0)] == {("replica_minutes", 0), ("tasks", 0)}
+    assert deps[("rollup", 2)] == {("replica_minutes", 2), ("tasks", 2), ("rollup", 1)}
     # resolution and delete run at most AHEAD (2) chunks ahead of the chain
     assert deps[("resolve", 1)] == deps[("delete", 1)] == set()
     assert deps[("resolve", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}
@@ -135,6 +139,9 @@ def test_two_workers_write_what_one_worker_writes_after_a_weight_change(store):
                             progress=said.append)
         assert run.chunks == 3 and [s.split("(chunk ")[1][:3] for s in said] == ["1/3", "2/3", "3/3"]
         runs[label] = _history(store)
+        # what the cost page reads: the 36 whole hours from the hourly rollups
+        assert len(cost.rollup_span(store, end - SPAN, end)["rollup_versions"]) == 36
+        runs[label]["summary"] = cost.period_summaries(store, end - SPAN, end, ("", "tenant"))["tenant"]
     sources = set(runs["w1 serial"]["replica_minutes_history"]["capacity_source"])
     assert "saturated" in sources
     assert len(runs["w1 serial"]["tasks_history"]) > 200

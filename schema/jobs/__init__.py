@@ -267,8 +267,51 @@ def recompute_late(store, *, retention_days: int = 30, progress=None) -> list[tu
     return done
 
 
+def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT_CHUNK) -> int:
+    """Rewrite the hourly rollups (migration 0170) of every hour ``[start, end)`` touches from the
+    cost tables' history, as :func:`run_jobs` does for each of its chunks (``run_cost_rollup.sql``),
+    in chunks of ``chunk``, oldest first. Hours not wholly below the watermark are marked incomplete
+    (readers take them from the raw tables). Returns the number of chunks run.
+
+    Raises:
+        ValueError: empty window. StoreError from the store.
+    """
+    start, end = _minute(start), _minute(end, up=True)
+    if end <= start:
+        raise ValueError(f"rollup window is empty: start {start.isoformat()} is not before end {end.isoformat()}")
+    base_id, n = time.time_ns(), 0
+    while start < end:
+        stop_at = min(start + chunk, end)
+        for statement in _statements("run_cost_rollup"):
+            store.command(statement, {"ws": start, "we": stop_at, "run_id": base_id + n}, tag="jobs.rollup")
+        start, n = stop_at, n + 1
+    return n
+
+
+def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datetime] | None:
+    """Roll up the hours below the watermark that have no complete rollup yet, from the first such
+    hour (within ``retention_days``) to the watermark's hour: the hours the periodic chain copies
+    into history (it does not roll up), and a store migrated to 0170 with history already in it.
+    Returns the range rolled up (UTC, naive), or None when there was none. ``infercost up`` calls it
+    every minute (:class:`LateRecompute`)."""
+    mark = watermark(store)
+    if mark is None:
+        return None
+    end = mark.replace(minute=0, second=0, microsecond=0)
+    oldest = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=int(retention_days))
+    first = store.scalar((JOBS_DIR / "rollup_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.rollup")
+    if first is None or first.year <= 1970:
+        return None
+    first = first.replace(tzinfo=None)
+    if first >= end:
+        return None
+    roll_up(store, start=first, end=end)
+    return first, end
+
+
 class LateRecompute:
-    """Background thread calling :func:`recompute_late` every ``interval_s`` (``infercost up``).
+    """Background thread calling :func:`recompute_late` and :func:`roll_up_pending` every
+    ``interval_s`` (``infercost up``).
 
     ``start()`` / ``stop()`` (idempotent, joins the thread). Errors are logged, never raised: the
     minutes stay pending and the next round retries them.
@@ -288,6 +331,9 @@ class LateRecompute:
             try:
                 for lo, end in recompute_late(self.store, retention_days=self.retention_days):
                     log.info("recomputed late data %s .. %s", lo, end)
+                rolled = roll_up_pending(self.store, retention_days=self.retention_days)
+                if rolled:
+                    log.info("rolled up the hours %s .. %s", *rolled)
             except Exception:  # noqa: BLE001 - keep the loop alive; the minutes stay pending
                 log.exception("recomputing late minutes failed")
 

@@ -3,7 +3,7 @@
 Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
 :func:`schema.jobs.run_jobs` only.
 
-A chunk ``[ws, we)`` of an explicit run is five tasks (the ``.sql`` files they run):
+A chunk ``[ws, we)`` of an explicit run is six tasks (the ``.sql`` files they run):
 
 * ``resolve`` (``run_resolve``): the chunk's calls into ``resolved_calls_runs``, reconciled with
   the engine counters into ``reconciliation_runs``. Reads raw telemetry only.
@@ -15,6 +15,9 @@ A chunk ``[ws, we)`` of an explicit run is five tasks (the ``.sql`` files they r
   ``call_costs`` (history, below the watermark) and reconciliation, then drops the scratch rows.
 * ``tasks`` (``run_tasks``): reads ``call_costs`` of the chunk and up to ``task_lookback_s``
   before it (the previous chunk's, done before this chunk's ``cost``).
+* ``rollup`` (``run_cost_rollup``): the hourly rollups of every hour the chunk touched (migration
+  0170), after its ``replica_minutes`` and ``tasks`` and the previous chunk's ``rollup`` (an hour
+  two chunks share is written last by the later one, after both chunks' rows).
 
 So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``resolve``/``delete``
 of later chunks and ``tasks`` run beside it. No task reads rows a task running beside it writes:
@@ -38,6 +41,7 @@ KINDS = {
     "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
     "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
     "tasks": (("run_tasks",), "tasks", 1),
+    "rollup": (("run_cost_rollup",), "rollup", 1),
 }
 
 
@@ -86,6 +90,7 @@ def plan(chunks: list[Chunk]) -> list[Task]:
             Task("cost", c, [("resolve", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
             Task("replica_minutes", c, [("cost", i)]),
             Task("tasks", c, [("cost", i)] + ([("tasks", i - 1)] if i else [])),
+            Task("rollup", c, [("replica_minutes", i), ("tasks", i)] + ([("rollup", i - 1)] if i else [])),
         ]
     return tasks
 

@@ -25,11 +25,11 @@ zero successes), never zero. Filters (``model``, ``tenant``, ``task_type``) are 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
-from schema.queries import run
+from schema.queries import rows, run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
 GROUPINGS = ("task_type", "tenant", "model", "replica")
@@ -93,6 +93,41 @@ def _range(start: datetime, end: datetime) -> dict:
     if end <= start:
         raise ValueError(f"time range is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     return {"start": start, "end": end}
+
+
+def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600) -> dict:
+    """The part of ``[start, end)`` the cost queries read from the hourly rollups (migration 0170).
+
+    The rollups hold whole hours, each rewritten by the cost jobs as a new version; an hour is
+    readable when its newest mark in ``cost_rollup_hours`` says complete (wholly below the
+    watermark when written). This is the run of such hours from the first whole hour of the range
+    on, up to the first hour that is not: ``[rollup_start, rollup_end)``, with the version of each
+    hour in order (``rollup_versions``). The queries read the rest of the range (the partial edge
+    hours, the live window, hours no run rolled up) from the raw tables, so every minute comes from
+    exactly one of them. Empty (``rollup_end = rollup_start``) when ``unit_seconds`` (a query's
+    bucket or window) is not a whole number of hours: its buckets would split an hour.
+
+    Also the watermark, bound once: the queries read ``*_history`` below it and ``*_live`` from it
+    on, the rows the views ``call_costs`` / ``replica_minutes`` / ``tasks`` give, without the two
+    scalar subqueries every reference to those views plans.
+
+    Returns the bound parameters: ``{"rollup_start", "rollup_end", "rollup_versions", "watermark"}``
+    (UTC naive datetimes, list of int; watermark 1970-01-01 before any run).
+    """
+    start, end = _naive_utc(start), _naive_utc(end)
+    first = start.replace(minute=0, second=0, microsecond=0)
+    if first < start:
+        first += timedelta(hours=1)
+    _, found = rows(store, "cost_rollup_span", start=start, end=end)
+    mark, hours, found_versions = found[0]
+    versions: list[int] = []
+    if int(unit_seconds) % 3600 == 0:
+        for hour, version in zip(hours, found_versions):
+            if hour.replace(tzinfo=None) != first + timedelta(hours=len(versions)):
+                break
+            versions.append(int(version))
+    return {"rollup_start": first, "rollup_end": first + timedelta(hours=len(versions)), "rollup_versions": versions,
+            "watermark": mark.replace(tzinfo=None)}
 
 
 def _by(by: str | None, allowed=GROUPINGS) -> str:
@@ -160,7 +195,7 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
     if not keys:
         raise ValueError("bys is empty: give at least one grouping ('' = ungrouped)")
     params = _range(start, end) | {"bys": keys} | _filters(filters)
-    df = run(store, "cost_period_summary", **params)
+    df = run(store, "cost_period_summary", **params, **rollup_span(store, start, end))
     columns = list(COLUMNS["cost_period_summary"])
     out = {}
     for key in keys:
@@ -184,7 +219,7 @@ def cpst_trend(store, start: datetime, end: datetime, bucket_seconds: int, by: s
     if bucket_seconds < 60 or bucket_seconds % 60:
         raise ValueError(f"bucket_seconds must be a positive multiple of 60, got {bucket_seconds}")
     params = _range(start, end) | {"bucket_seconds": bucket_seconds, "by": _by(by)}
-    return _run(store, "cost_cpst_trend", **params)
+    return _run(store, "cost_cpst_trend", **params, **rollup_span(store, start, end, bucket_seconds))
 
 
 def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:
@@ -197,7 +232,7 @@ def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:
     down). Columns: ``category``, ``is_subset``, ``usd``, ``share_of_spend`` (0..1), ``calls``
     (calls started), ``tokens`` (prompt + output; partial: streamed output tokens).
     """
-    return _run(store, "cost_waste_breakdown", **_range(start, end))
+    return _run(store, "cost_waste_breakdown", **_range(start, end), **rollup_span(store, start, end))
 
 
 def tasks_table(store, start: datetime, end: datetime, search: str | None = None, limit: int = 200) -> pd.DataFrame:
@@ -251,7 +286,8 @@ def replica_windows(store, start: datetime, end: datetime, window_seconds: int) 
     window_seconds = int(window_seconds)
     if window_seconds < 60 or window_seconds % 60:
         raise ValueError(f"window_seconds must be a positive multiple of 60, got {window_seconds}")
-    return _run(store, "cost_replica_windows", **_range(start, end), window_seconds=window_seconds)
+    return _run(store, "cost_replica_windows", **_range(start, end), window_seconds=window_seconds,
+                **rollup_span(store, start, end, window_seconds))
 
 
 def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:
@@ -269,4 +305,4 @@ def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:
     ``late_minutes_recomputed`` (minutes whose data arrived after the live window and were
     recomputed; replica ``''`` when not tied to one), ``spend_usd``.
     """
-    return _run(store, "cost_data_quality", **_range(start, end))
+    return _run(store, "cost_data_quality", **_range(start, end), **rollup_span(store, start, end))

@@ -4,34 +4,71 @@
 -- share of the bucket's idle proportional to that allocated cost.
 -- The three sources meet in one UNION ALL grouped by (bucket, group), each read once (ClickHouse
 -- inlines a CTE at every reference, so keys-then-joins read every source twice).
+-- With buckets of whole hours, the hours the cost jobs rolled up (migration 0170) are read from the
+-- hourly rollups, [p_hs, p_re); the partial edge hours and hours not rolled up (the live window)
+-- from the raw tables. Shorter buckets read the raw tables only.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
     {bucket_seconds:UInt32} AS p_bucket,
     {by:String} AS p_by,
+    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
+    {rollup_start:DateTime} AS p_hs,
+    {rollup_end:DateTime} AS p_re,
+    {rollup_versions:Array(UInt64)} AS p_versions,
+    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
+    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
+    -- were a third of this query's planning time)
+    {watermark:DateTime} AS p_wm,
     pieces AS (
         SELECT toStartOfInterval(minute, toIntervalSecond(p_bucket)) AS bucket,
                multiIf(p_by = 'task_type', task_type, p_by = 'tenant', tenant_id, p_by = 'model', model,
                        p_by = 'replica', replica, '') AS grp,
                sum(cost_usd) AS alloc
-        FROM call_costs
-        WHERE minute >= p_start AND minute < p_end
+        FROM (
+            SELECT minute, task_type, tenant_id, model, replica, cost_usd
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT hour, task_type, tenant_id, model, replica, cost_usd FROM cost_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY bucket, grp
     ),
     rm AS (
         SELECT toStartOfInterval(minute, toIntervalSecond(p_bucket)) AS bucket,
                sum(spend_usd) AS b_spend, sum(idle_usd) AS b_idle, sum(allocated_usd) AS b_alloc
-        FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
+        FROM (
+            SELECT minute, spend_usd, idle_usd, allocated_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT hour, spend_usd, idle_usd, allocated_usd FROM cost_replica_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY bucket
     ),
     tk AS (
         SELECT toStartOfInterval(minute, toIntervalSecond(p_bucket)) AS bucket,
                multiIf(p_by = 'task_type', task_type, p_by = 'tenant', tenant_id, p_by = 'model', model, '') AS grp,
-               countIf(outcome = 'success') AS successes,
-               countIf(outcome = 'success' AND slo_met = 1) AS slo_met_tasks
-        FROM tasks
-        WHERE minute >= p_start AND minute < p_end
+               sum(t_successes) AS successes,
+               sum(t_slo_met) AS slo_met_tasks
+        FROM (
+            SELECT minute, task_type, tenant_id, model, countIf(outcome = 'success') AS t_successes,
+                   countIf(outcome = 'success' AND slo_met = 1) AS t_slo_met
+            FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            GROUP BY minute, task_type, tenant_id, model
+            UNION ALL
+            SELECT hour, task_type, tenant_id, model, successes, slo_met FROM cost_task_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY bucket, grp
     ),
     parts AS (

@@ -7,34 +7,76 @@
 -- evidence was a gateway or client span (no engine span), and minutes recomputed because their data
 -- arrived after the live window (late_minutes; replica '' = not tied to one replica).
 -- Each CTE is referenced once (ClickHouse inlines a CTE at every reference): FULL JOINs give the keys.
+-- Whole hours the cost jobs rolled up (migration 0170) are read from the hourly rollups, [p_hs, p_re);
+-- the partial edge hours and hours not rolled up (the live window) from the raw tables.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
+    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
+    {rollup_start:DateTime} AS p_hs,
+    {rollup_end:DateTime} AS p_re,
+    {rollup_versions:Array(UInt64)} AS p_versions,
+    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
+    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
+    -- were a third of this query's planning time)
+    {watermark:DateTime} AS p_wm,
     rm AS (
         SELECT replica,
-               count() AS up_minutes,
-               sum(prompt_tokens + output_tokens) AS span_tokens,
-               sumIf(ifNull(counter_prompt_tokens, 0) + ifNull(counter_generation_tokens, 0),
-                     counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS counter_tokens,
-               countIf(counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS counter_minutes,
-               sumIf(ifNull(counted_tokens, 0),
-                     counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS span_tokens_counted,
-               countIf(in_fleet = 0) AS default_priced_minutes,
-               countIf(priced = 0) AS unpriced_minutes,
-               countIf(up = 0) AS down_minutes,
-               sum(unspanned_usd) AS unspanned,
-               sum(cached_estimated_tokens) AS cached_estimated,
-               sum(spend_usd) AS spend
-        FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
+               sum(r_up_minutes) AS up_minutes,
+               sum(r_span_tokens) AS span_tokens,
+               sum(r_counter_tokens) AS counter_tokens,
+               sum(r_counter_minutes) AS counter_minutes,
+               sum(r_span_tokens_counted) AS span_tokens_counted,
+               sum(r_default_priced_minutes) AS default_priced_minutes,
+               sum(r_unpriced_minutes) AS unpriced_minutes,
+               sum(r_down_minutes) AS down_minutes,
+               sum(r_unspanned) AS unspanned,
+               sum(r_cached_estimated) AS cached_estimated,
+               sum(r_spend) AS spend
+        FROM (
+            SELECT replica,
+                   count() AS r_up_minutes,
+                   sum(prompt_tokens + output_tokens) AS r_span_tokens,
+                   sumIf(ifNull(counter_prompt_tokens, 0) + ifNull(counter_generation_tokens, 0),
+                         counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS r_counter_tokens,
+                   countIf(counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS r_counter_minutes,
+                   sumIf(ifNull(counted_tokens, 0),
+                         counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL) AS r_span_tokens_counted,
+                   countIf(in_fleet = 0) AS r_default_priced_minutes,
+                   countIf(priced = 0) AS r_unpriced_minutes,
+                   countIf(up = 0) AS r_down_minutes,
+                   sum(unspanned_usd) AS r_unspanned,
+                   sum(cached_estimated_tokens) AS r_cached_estimated,
+                   sum(spend_usd) AS r_spend
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            GROUP BY replica
+            UNION ALL
+            SELECT replica, sum(minutes), sum(span_tokens), sum(counter_tokens), sum(counter_minutes),
+                   sum(counted_tokens), sum(default_priced_minutes), sum(unpriced_minutes), sum(down_minutes),
+                   sum(unspanned_usd), sum(cached_estimated_tokens), sum(spend_usd)
+            FROM cost_replica_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            GROUP BY replica
+        )
         GROUP BY replica
     ),
     ev AS (
         SELECT replica,
                sumIf(requests, call_source = 'gateway') AS gateway_evidence_calls,
                sumIf(requests, call_source = 'client') AS client_evidence_calls
-        FROM call_costs
-        WHERE minute >= p_start AND minute < p_end
+        FROM (
+            SELECT replica, call_source, requests
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT replica, call_source, requests FROM cost_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY replica
     ),
     late AS (

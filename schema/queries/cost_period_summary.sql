@@ -10,6 +10,9 @@
 -- replica when asked), then spread over the groupings (ARRAY JOIN over bys); each CTE is
 -- referenced once (ClickHouse inlines a CTE at every reference): the groups are the FULL JOIN of
 -- the parts.
+-- Whole hours the cost jobs rolled up (migration 0170, schema/jobs/run_cost_rollup.sql) are read
+-- from the hourly rollups, [p_hs, p_re); the partial hours at the edges and every hour not rolled up
+-- (the live window) from the raw tables: each minute from exactly one of them.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -19,6 +22,14 @@ WITH
     {task_type:String} AS f_task_type,
     (f_model = '' AND f_tenant = '' AND f_task_type = '') AS unfiltered,
     dateDiff('second', p_start, p_end) / 3600.0 AS hours,
+    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
+    {rollup_start:DateTime} AS p_hs,
+    {rollup_end:DateTime} AS p_re,
+    {rollup_versions:Array(UInt64)} AS p_versions,
+    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
+    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
+    -- were a third of this query's planning time)
+    {watermark:DateTime} AS p_wm,
     fine AS (
         -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
         SELECT task_type, tenant_id, model, if(has(p_bys, 'replica'), replica, '') AS rep,
@@ -36,9 +47,20 @@ WITH
             sum(prompt_tokens) AS f_prompt_tokens,
             sum(cached_tokens) AS f_cached_tokens,
             sum(output_tokens) AS f_output_tokens
-        FROM call_costs
-        WHERE minute >= p_start AND minute < p_end
-          AND (f_model = '' OR model = f_model)
+        FROM (
+            SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
+                   prompt_tokens, cached_tokens, output_tokens
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
+                   prompt_tokens, cached_tokens, output_tokens
+            FROM cost_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
+        WHERE (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
         GROUP BY task_type, tenant_id, model, rep
@@ -70,14 +92,25 @@ WITH
         SELECT arrayJoin(arrayFilter(b -> b IN ('', 'replica'), p_bys)) AS by_dim,
                if(by_dim = 'replica', replica, '') AS grp,
                sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle
-        FROM replica_minutes
-        WHERE unfiltered AND minute >= p_start AND minute < p_end
+        FROM (
+            SELECT replica, spend_usd, idle_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            WHERE unfiltered
+              AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT replica, spend_usd, idle_usd FROM cost_replica_hours
+            WHERE unfiltered AND hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY by_dim, grp
     ),
     ended AS (
+        -- by replica only (the task's replicas are not rolled up): every task of the period, raw
         SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts, step_calls, steps
-        FROM tasks
-        WHERE minute >= p_start AND minute < p_end
+        FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+              UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+        WHERE has(p_bys, 'replica') AND minute >= p_start AND minute < p_end
           AND (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
@@ -90,15 +123,34 @@ WITH
                n, ok, failed, abandoned, slo_ok, ok_attempts, ok_step_calls, ok_steps
         FROM (
             SELECT task_type, tenant_id, model,
-                   count() AS n,
-                   countIf(outcome = 'success') AS ok,
-                   countIf(outcome = 'failure') AS failed,
-                   countIf(outcome = 'abandoned') AS abandoned,
-                   countIf(outcome = 'success' AND slo_met = 1) AS slo_ok,
-                   sumIf(attempts, outcome = 'success') AS ok_attempts,
-                   sumIf(step_calls, outcome = 'success') AS ok_step_calls,
-                   sumIf(steps, outcome = 'success') AS ok_steps
-            FROM ended
+                   sum(t_n) AS n, sum(t_ok) AS ok, sum(t_failed) AS failed, sum(t_abandoned) AS abandoned,
+                   sum(t_slo_ok) AS slo_ok, sum(t_ok_attempts) AS ok_attempts,
+                   sum(t_ok_step_calls) AS ok_step_calls, sum(t_ok_steps) AS ok_steps
+            FROM (
+                SELECT task_type, tenant_id, model,
+                       count() AS t_n,
+                       countIf(outcome = 'success') AS t_ok,
+                       countIf(outcome = 'failure') AS t_failed,
+                       countIf(outcome = 'abandoned') AS t_abandoned,
+                       countIf(outcome = 'success' AND slo_met = 1) AS t_slo_ok,
+                       sumIf(attempts, outcome = 'success') AS t_ok_attempts,
+                       sumIf(step_calls, outcome = 'success') AS t_ok_step_calls,
+                       sumIf(steps, outcome = 'success') AS t_ok_steps
+                FROM (SELECT * FROM tasks_history WHERE minute < p_wm
+                      UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
+                WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+                GROUP BY task_type, tenant_id, model
+                UNION ALL
+                SELECT task_type, tenant_id, model, sum(tasks), sum(successes), sum(failures), sum(abandoned),
+                       sum(slo_met), sum(success_attempts), sum(success_step_calls), sum(success_steps)
+                FROM cost_task_hours
+                WHERE hour >= p_hs AND hour < p_re
+                  AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+                GROUP BY task_type, tenant_id, model
+            )
+            WHERE (f_model = '' OR model = f_model)
+              AND (f_tenant = '' OR tenant_id = f_tenant)
+              AND (f_task_type = '' OR task_type = f_task_type)
             GROUP BY task_type, tenant_id, model
         )
         UNION ALL
@@ -110,7 +162,8 @@ WITH
         FROM (SELECT * FROM ended WHERE has(p_bys, 'replica')) AS e
         LEFT JOIN (
             SELECT DISTINCT task_id, replica
-            FROM call_costs
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE has(p_bys, 'replica') AND minute >= p_start - INTERVAL 1 DAY AND minute < p_end
               AND task_id IN (SELECT task_id FROM ended WHERE has(p_bys, 'replica'))
         ) AS tr ON tr.task_id = e.task_id
@@ -130,8 +183,16 @@ WITH
     ),
     tot AS (
         SELECT sum(idle_usd) AS idle_total, sum(allocated_usd) AS alloc_total
-        FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
+        FROM (
+            SELECT idle_usd, allocated_usd
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT idle_usd, allocated_usd FROM cost_replica_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
     ),
     base AS (SELECT '' AS by_dim, toNullable('') AS grp WHERE has(p_bys, ''))
 SELECT

@@ -3,24 +3,50 @@
 -- pending + unattributed + unspanned + idle = spend); 'partial' (calls that streamed, then broke)
 -- and 'down' (idle spend of reserved replicas in minutes they were not up) are measures inside
 -- them (is_subset = 1).
+-- Whole hours the cost jobs rolled up (migration 0170) are read from the hourly rollups, [p_hs, p_re);
+-- the partial edge hours and hours not rolled up (the live window) from the raw tables.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
+    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
+    {rollup_start:DateTime} AS p_hs,
+    {rollup_end:DateTime} AS p_re,
+    {rollup_versions:Array(UInt64)} AS p_versions,
+    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
+    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
+    -- were a third of this query's planning time)
+    {watermark:DateTime} AS p_wm,
     pieces AS (
         -- one read of the pieces: a partial piece counts in its category and in 'partial'
         -- (partial tokens = the output tokens streamed before the call broke)
         SELECT arrayJoin(if(partial = 1, [category, 'partial'], [category])) AS cat,
                sum(cost_usd) AS usd, sum(requests) AS calls,
                sum(if(cat = 'partial', toUInt64(output_tokens), prompt_tokens + output_tokens)) AS tokens
-        FROM call_costs
-        WHERE minute >= p_start AND minute < p_end
+        FROM (
+            SELECT category, partial, cost_usd, requests, prompt_tokens, output_tokens
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT category, partial, cost_usd, requests, prompt_tokens, output_tokens FROM cost_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         GROUP BY cat
     ),
     rm AS (
-        SELECT sum(spend_usd) AS spend, sum(idle_usd) AS idle, sumIf(idle_usd, up = 0) AS down,
-               countIf(up = 0) AS down_minutes
-        FROM replica_minutes
-        WHERE minute >= p_start AND minute < p_end
+        SELECT sum(r_spend) AS spend, sum(r_idle) AS idle, sum(r_down) AS down, sum(r_down_minutes) AS down_minutes
+        FROM (
+            SELECT sum(spend_usd) AS r_spend, sum(idle_usd) AS r_idle, sumIf(idle_usd, up = 0) AS r_down,
+                   countIf(up = 0) AS r_down_minutes
+            FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            UNION ALL
+            SELECT sum(spend_usd), sum(idle_usd), sum(down_usd), sum(down_minutes) FROM cost_replica_hours
+            WHERE hour >= p_hs AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
     ),
     cats AS (
         SELECT arrayJoin([('useful', 1), ('retry_waste', 2), ('failed_task_waste', 3), ('pending', 4),

@@ -1,0 +1,21 @@
+-- How the cost queries split [start, end) (cost.rollup_span): the watermark (minutes below it are
+-- read from *_history, from it on from *_live, as the views call_costs / replica_minutes / tasks
+-- do), and the whole hours of the range whose newest cost_rollup_hours row says complete (migration
+-- 0170), with that row's version, in hour order. One row.
+WITH
+    {start:DateTime} AS p_start,
+    {end:DateTime} AS p_end,
+    toStartOfHour(p_start) AS p_h0,
+    if(p_h0 = p_start, p_h0, p_h0 + INTERVAL 1 HOUR) AS p_hs
+SELECT
+    (SELECT max(watermark) FROM cost_watermark) AS watermark,
+    groupArray(hour) AS hours,
+    groupArray(newest) AS versions
+FROM (
+    SELECT hour, max(version) AS newest
+    FROM cost_rollup_hours
+    WHERE hour >= p_hs AND hour < toStartOfHour(p_end)
+    GROUP BY hour
+    HAVING argMax(complete, version) = 1
+    ORDER BY hour
+)

@@ -1,0 +1,243 @@
+"""The hourly cost rollups (migration 0170, schema/jobs/run_cost_rollup.sql) behind the cost page and
+the triangle: whole hours from the rollups, partial edge hours and hours not rolled up from the raw
+tables. Every figure is checked against a recompute in pandas from the raw rows (call_costs,
+replica_minutes, tasks, llm_calls) and the hand-computed spend; the tests fail if an hour edge is
+read twice or missed, or a recompute's rows are counted twice.
+
+Scenario (``_scenario``): H100 at $3.60/GPU-hour = $0.06 per replica-minute; r1 up minutes 0-199
+(10:00-13:19), r2 up minutes 50-129 (10:50-12:09); capacity ~0, so a minute with work allocates all
+its spend to its calls. Six tasks of two tenants, one call each; T1's call runs 10:59:30-11:00:30
+(half in hour 10, half in hour 11).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+
+from schema import jobs
+from schema.queries import cost
+from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
+
+REL = dict(rel=1e-9, abs=1e-12)
+# (task, tenant, outcome, replica, call start s, call end s, prompt, output)
+TASKS = [
+    ("T0", "acme", "success", "r1", 100, 150, 1000, 100),
+    ("T1", "acme", "success", "r1", 3570, 3630, 2000, 200),   # across the 11:00 edge
+    ("T2", "zeta", "failure", "r2", 3590, 3640, 500, 50),
+    ("T3", "zeta", "success", "r2", 5000, 5100, 800, 80),
+    ("T4", "acme", "success", "r1", 7300, 7350, 1200, 120),
+    ("T5", "zeta", "success", "r1", 11000, 11050, 300, 30),   # 13:03, the hour cut by the last run
+]
+
+
+def _scenario(store):
+    sync(store, fleet_yaml(price=3.60, replicas=("r1", "r2")))
+    metrics_up(store, "r1", range(0, 200))
+    metrics_up(store, "r2", range(50, 130))
+    sp = Spans()
+    for task, tenant, outcome, replica, start, end, prompt, output in TASKS:
+        sp.task(f"tr{task}", task, start - 1, end + 5, outcome=outcome, tenant=tenant)
+        sp.call(task_id=task, tenant=tenant, replica=replica, start=start, end=end, prompt=prompt, output=output,
+                trace=f"tr{task}", ttft=0.01 * (1 + int(task[1])))
+    sp.flush(store)
+
+
+def _raw(store, table):
+    return store.query_df(f"SELECT * FROM {table}", tag="test.raw")
+
+
+def _in(df, column, start, end):
+    t = pd.to_datetime(df[column]).dt.tz_localize(None) if len(df) else df[column]
+    return df[(t >= start) & (t < end)] if len(df) else df
+
+
+def _expected_summary(store, start, end):
+    """The fleet row and the per-tenant allocated cost / tasks, recomputed in pandas from raw rows."""
+    cc, rm, tk = _in(_raw(store, "call_costs"), "minute", start, end), _in(_raw(store, "replica_minutes"), "minute",
+                                                                            start, end), \
+        _in(_raw(store, "tasks"), "minute", start, end)
+    fleet = {
+        "spend_usd": rm["spend_usd"].sum(), "idle_usd": rm["idle_usd"].sum(), "allocated_usd": cc["cost_usd"].sum(),
+        "useful_usd": cc.loc[cc["category"] == "useful", "cost_usd"].sum(),
+        "failed_task_waste_usd": cc.loc[cc["category"] == "failed_task_waste", "cost_usd"].sum(),
+        "useful_calls": int(cc.loc[cc["category"] == "useful", "requests"].sum()),
+        "requests": int(cc["requests"].sum()), "prompt_tokens": int(cc["prompt_tokens"].sum()),
+        "output_tokens": int(cc["output_tokens"].sum()), "tasks": len(tk),
+        "successful_tasks": int((tk["outcome"] == "success").sum()) if len(tk) else 0,
+    }
+    tenants = {}
+    for tenant in ("acme", "zeta"):
+        c = cc[cc["tenant_id"] == tenant]
+        t = tk[tk["tenant_id"] == tenant] if len(tk) else tk
+        if len(c) or len(t):
+            tenants[tenant] = (c["cost_usd"].sum(), len(t))
+    return fleet, tenants
+
+
+def _check_summary(store, start, end):
+    got = cost.period_summaries(store, start, end, ("", "tenant", "replica"))
+    fleet, tenants = _expected_summary(store, start, end)
+    row = got[""].iloc[0]
+    for key, value in fleet.items():
+        if key == "useful_calls":
+            continue
+        assert row[key] == pytest.approx(value, **REL), (key, start, end)
+    by_tenant = got["tenant"].set_index("grp")
+    assert sorted(by_tenant.index) == sorted(tenants)
+    for tenant, (allocated, n) in tenants.items():
+        assert by_tenant.loc[tenant, "allocated_usd"] == pytest.approx(allocated, **REL)
+        assert by_tenant.loc[tenant, "tasks"] == n
+    rm = _in(_raw(store, "replica_minutes"), "minute", start, end)
+    by_replica = got["replica"].set_index("grp")
+    for replica, spend in rm.groupby("replica")["spend_usd"].sum().items():
+        assert by_replica.loc[replica, "spend_usd"] == pytest.approx(spend, **REL)
+    waste = cost.waste_breakdown(store, start, end).set_index("category")
+    assert waste.loc["idle", "usd"] == pytest.approx(fleet["idle_usd"], **REL)
+    assert waste.loc["useful", "usd"] == pytest.approx(fleet["useful_usd"], **REL)
+    assert waste.loc["useful", "calls"] == fleet["useful_calls"]
+    dq = cost.data_quality(store, start, end).set_index("replica")
+    for replica, n in rm.groupby("replica").size().items():
+        assert dq.loc[replica, "up_minutes"] == n
+    return row
+
+
+def _frames_equal(a, b):
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=False, rtol=1e-9)
+
+
+def _all_queries(store, start, end):
+    out = dict(cost.period_summaries(store, start, end, ("", "task_type", "tenant", "model", "replica")))
+    out |= {"waste": cost.waste_breakdown(store, start, end), "dq": cost.data_quality(store, start, end),
+            "trend_h": cost.cpst_trend(store, start, end, 3600), "trend_2h": cost.cpst_trend(store, start, end, 7200, "tenant"),
+            "trend_5m": cost.cpst_trend(store, start, end, 300),
+            "tri_h": cost.replica_windows(store, start, end, 3600), "tri_5m": cost.replica_windows(store, start, end, 300)}
+    return out
+
+
+def test_whole_hours_from_the_rollup_edges_from_raw_rows(cstore):
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))  # 10:00 .. 13:10: hours 10, 11, 12 complete, 13 cut
+    marks = cstore.query_df("SELECT hour, complete FROM cost_rollup_hours ORDER BY hour", tag="test")
+    assert [(h.hour, c) for h, c in zip(marks["hour"], marks["complete"])] == [(10, 1), (11, 1), (12, 1), (13, 0)]
+    # 10:30 .. 13:05: hours 11 and 12 from the rollup, 10:30-11:00 and 13:00-13:05 (not complete) raw
+    span = cost.rollup_span(cstore, at(1800), at(11100))
+    assert (span["rollup_start"], span["rollup_end"]) == (at(3600), at(10800))
+    assert len(span["rollup_versions"]) == 2
+    row = _check_summary(cstore, at(1800), at(11100))
+    # spend by hand: r1 10:30-13:05 = 155 min, r2 10:50-12:10 = 80 min; $0.06 each
+    assert row["spend_usd"] == pytest.approx(0.06 * (155 + 80), **REL)
+    # every task's call is inside the range but T0's (10:01): five calls, T1 counted once across the edge
+    assert row["requests"] == 5
+    assert row["prompt_tokens"] == 2000 + 500 + 800 + 1200 + 300
+    for start, end in [(at(0), at(11400)), (at(3600), at(7200)), (at(3590), at(3650)), (at(3000), at(7260)),
+                       (at(0), at(10800))]:
+        _check_summary(cstore, start, end)
+
+
+def test_rollup_and_raw_rows_give_the_same_results(cstore):
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    ranges = [(at(0), at(11400)), (at(1800), at(9000)), (at(3600), at(7200)), (at(100), at(200)), (at(0), at(10800))]
+    with_rollup = {r: _all_queries(cstore, *r) for r in ranges}
+    assert any(len(cost.rollup_span(cstore, *r)["rollup_versions"]) for r in ranges)
+    cstore.command("TRUNCATE TABLE cost_rollup_hours", tag="test")  # no hour complete: all raw
+    assert all(not cost.rollup_span(cstore, *r)["rollup_versions"] for r in ranges)
+    for r in ranges:
+        raw = _all_queries(cstore, *r)
+        for key, frame in raw.items():
+            _frames_equal(with_rollup[r][key], frame)
+
+
+def test_recompute_does_not_double_count(cstore):
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    once = _all_queries(cstore, at(1800), at(11100))
+    # recompute overlapping windows, one ending mid-hour, one in 20-minute chunks across the edges
+    jobs.run_jobs(cstore, start=at(3000), end=at(6000))
+    jobs.run_jobs(cstore, start=at(1200), end=at(8400), chunk=timedelta(minutes=20))
+    versions = cstore.scalar("SELECT count(DISTINCT version) FROM cost_hours WHERE hour = {h:DateTime}",
+                             {"h": at(3600)}, tag="test")
+    assert versions >= 3  # the hour was written three times; only its newest version is read
+    again = _all_queries(cstore, at(1800), at(11100))
+    for key, frame in once.items():
+        _frames_equal(frame, again[key])
+    _check_summary(cstore, at(1800), at(11100))
+
+
+def test_the_rollup_is_read_for_whole_hours_only(cstore):
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    before = cost.period_summary(cstore, at(1800), at(11100)).iloc[0]
+    span = cost.rollup_span(cstore, at(1800), at(11100))
+    current, old = span["rollup_versions"][0], min(span["rollup_versions"]) - 1
+    row = ("INSERT INTO cost_hours (hour, version, replica, model, task_type, tenant_id, category, cost_usd, requests) "
+           "VALUES ({h:DateTime}, {v:UInt64}, 'r1', 'llama', 'chat', 'acme', 'useful', 1000, 7)")
+    cstore.command(row, {"h": at(3600), "v": old}, tag="test")  # an older version of hour 11: never read
+    cstore.command(row, {"h": at(0), "v": current}, tag="test")  # hour 10 is a partial edge of the range: raw
+    assert cost.period_summary(cstore, at(1800), at(11100)).iloc[0]["useful_usd"] == pytest.approx(
+        before["useful_usd"], **REL)
+    cstore.command(row, {"h": at(3600), "v": current}, tag="test")  # the current version of hour 11: read
+    after = cost.period_summary(cstore, at(1800), at(11100)).iloc[0]
+    assert after["useful_usd"] == pytest.approx(before["useful_usd"] + 1000, **REL)
+    assert after["requests"] == before["requests"] + 7
+
+
+def test_incomplete_hours_are_read_raw_and_pending_hours_rolled_up(cstore):
+    _scenario(cstore)
+    # two runs ending mid-hour: 10:00-11:30 then 11:30-13:10; hour 11 is complete only after the second
+    jobs.run_jobs(cstore, start=at(0), end=at(5400))
+    assert cost.rollup_span(cstore, at(0), at(10800))["rollup_end"] == at(3600)
+    _check_summary(cstore, at(0), at(10800))
+    jobs.run_jobs(cstore, start=at(5400), end=at(11400))
+    assert cost.rollup_span(cstore, at(0), at(10800))["rollup_end"] == at(10800)
+    _check_summary(cstore, at(0), at(10800))
+    # the periodic chain's hours come without rollups: roll_up_pending fills them
+    for table in ("cost_rollup_hours", "cost_hours", "cost_replica_hours", "cost_task_hours", "cost_triangle_hours"):
+        cstore.command(f"TRUNCATE TABLE {table}", tag="test")
+    assert jobs.roll_up_pending(cstore, retention_days=36500) == (at(0), at(10800))
+    assert jobs.roll_up_pending(cstore, retention_days=36500) is None
+    assert cost.rollup_span(cstore, at(0), at(10800))["rollup_end"] == at(10800)
+    _check_summary(cstore, at(0), at(10800))
+
+
+def _nearest_rank(values, level=0.99):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(level * len(ordered)))] if ordered else None
+
+
+def test_triangle_from_the_rollup_matches_the_raw_rows(cstore):
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    start, end = at(1800), at(11100)
+    got = cost.replica_windows(cstore, start, end, 3600)
+    assert len(cost.rollup_span(cstore, start, end, 3600)["rollup_versions"]) == 2
+    calls = _raw(cstore, "llm_calls")
+    calls = _in(calls[calls["call_source"] == "engine"], "end_time", start, end)
+    calls = calls.assign(window=pd.to_datetime(calls["end_time"]).dt.tz_localize(None).dt.floor("h"))
+    tk = _in(_raw(cstore, "tasks"), "minute", start, end)
+    cc = _raw(cstore, "call_costs")
+    ok = tk[tk["outcome"] == "success"]
+    pairs = ok.merge(cc[["task_id", "replica"]], on="task_id").drop_duplicates(["task_id", "replica"])
+    pairs = pairs.assign(window=pd.to_datetime(pairs["minute"]).dt.tz_localize(None).dt.floor("h"))
+    rm = _in(_raw(cstore, "replica_minutes"), "minute", start, end)
+    rm = rm.assign(window=pd.to_datetime(rm["minute"]).dt.tz_localize(None).dt.floor("h"))
+    got = got.assign(window=pd.to_datetime(got["window_start"]).dt.tz_localize(None)).set_index(["replica", "window"])
+    assert set(got.index) == set(rm.groupby(["replica", "window"]).size().index)
+    for (replica, window), g in rm.groupby(["replica", "window"]):
+        row = got.loc[(replica, window)]
+        assert row["spend_usd"] == pytest.approx(g["spend_usd"].sum(), **REL)
+        c = calls[(calls["replica"] == replica) & (calls["window"] == window)]
+        assert row["requests"] == len(c)
+        if len(c):
+            assert row["ttft_p99_s"] == pytest.approx(_nearest_rank(c["ttft_s"]), **REL)
+            assert row["e2e_p99_s"] == pytest.approx(_nearest_rank(c["e2e_s"]), **REL)
+        s = pairs[(pairs["replica"] == replica) & (pairs["window"] == window)]
+        assert row["successful_tasks"] == len(s)
+    # by hand: T1's call ended 11:00:30 on r1 and its task succeeded at 11:00 (ended 11:00:35)
+    assert got.loc[("r1", at(3600)), "requests"] == 1
+    assert got.loc[("r1", at(3600)), "successful_tasks"] == 1
+    assert got.loc[("r1", at(3600)), "spend_usd"] == pytest.approx(3.60, **REL)
+    assert got.loc[("r1", at(1800 - 1800)), "spend_usd"] == pytest.approx(0.06 * 30, **REL)  # 10:30-11:00 only

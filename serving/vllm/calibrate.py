@@ -6,17 +6,26 @@ Where it sits: serving/vllm (the real-vLLM harness); talks HTTP to any OpenAI-co
 Method: streaming ``/v1/completions`` with token-id prompts of exact length and random ids (the
 prefix cache never hits), ``ignore_eos`` (outputs have exactly ``max_tokens``); times are the
 ENGINE's, read as deltas of vLLM's own histograms on ``/metrics`` around each experiment (client-side
-chunk times are useless on a busy CPU: the API server process hands out tokens in bursts):
+chunk times are useless on a busy CPU: the API server process hands out tokens in bursts). One
+unmeasured pass over every experiment kind and size comes first (lazy initialisation, caches), then
+the measured experiments in shuffled order; every point is a median.
 
 1. Prefill: lone requests (batch 1) with prompts of P tokens and 2 output tokens; the median
    ``vllm:request_prefill_time_seconds`` (scheduled -> first token: one prefill step) per P fits
    ``step = base + prefill_per_token x P`` (least squares).
-2. Decode: B concurrent requests (short prompts, 48 tokens); the median over batches of the mean
-   ``vllm:inter_token_latency_seconds`` per B fits ``step = base + decode_per_seq x B``; ``base`` is
-   this intercept.
-3. ``input_overhead`` = median(TTFT - queue - prefill) of the lone requests (API server,
-   tokenisation, hand-over to the engine core). KV reads are folded into the two slopes (the tiny
-   model reads ~4 KiB of KV per token).
+2. Decode: B concurrent requests (32-token prompts, DECODE_TOKENS output tokens) for the batch sizes
+   a low-rate workload decodes at (1-8); per B the median over batches of the mean
+   ``vllm:request_decode_time_seconds`` / (tokens - 1) (first -> last token, the span's decode time
+   per token, what the fidelity check compares) fits ``step = base + decode_per_seq x B``; ``base``
+   is this intercept.
+3. Front end (``serving/emulator/frontend.py``): ``frontend_input`` = ``input_overhead`` =
+   median(TTFT - queue - prefill) of the lone requests (the API server's arrival stamp -> engine
+   queue, and the first output back: wall time on a host whose engine is otherwise idle);
+   ``frontend_per_token`` = the API server's CPU seconds per output token, the least-squares slope of
+   its ``process_cpu_seconds_total`` (the API server process's own counter on ``/metrics``) over the
+   experiments' requests and output tokens (``cpu = scrape + a x requests + b x tokens``);
+   ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). KV reads are folded
+   into the two slopes (the tiny model reads ~4 KiB of KV per token).
 
     python -m serving.vllm.calibrate http://127.0.0.1:8000 --model tiny-llama
 
@@ -36,7 +45,13 @@ from dataclasses import dataclass
 import httpx
 
 PREFILL_SIZES = (32, 128, 256, 512, 896)
-DECODE_BATCHES = (1, 2, 4, 8, 16)
+DECODE_BATCHES = (1, 2, 3, 4, 6, 8)
+DECODE_TOKENS = 96  # long enough that the batch's staggered start is a small part of its decode time
+# Share of its idle speed the API server keeps while the engine steps: vLLM's CPU build binds the OpenMP
+# threads of the forward pass to all cores but the reserved ones and leaves one reserved core per rank
+# on x86 (vllm/utils/ompmultiprocessing.py, reserve_cpu_num) to the engine-core process, which polls
+# while a step runs, and the API server: two busy processes on one core.
+FRONTEND_BUSY_SHARE = 0.5
 TOKEN_IDS = (300, 2400)  # inside the tiny tokenizer's vocabulary, clear of the special tokens
 
 
@@ -122,18 +137,24 @@ def _fit(xs, ys) -> tuple[float, float]:
 
 
 HISTS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",
-         "prefill": "vllm:request_prefill_time_seconds", "queue": "vllm:request_queue_time_seconds"}
+         "prefill": "vllm:request_prefill_time_seconds", "queue": "vllm:request_queue_time_seconds",
+         "decode": "vllm:request_decode_time_seconds"}
+CPU_COUNTER = "process_cpu_seconds_total"  # prometheus_client's process collector: the API server process
 
 
 def histogram_totals(url: str) -> dict:
-    """``{key: (sum, count)}`` of the HISTS families on the server's ``/metrics`` (all series summed)."""
+    """``{key: (sum, count)}`` of the HISTS families on the server's ``/metrics`` (all series summed),
+    and ``"cpu": (seconds, 1)`` of CPU_COUNTER (0 when the server has none, e.g. an emulated one)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(url.rstrip("/") + "/metrics", timeout=30, trust_env=False).text
     names = {v: k for k, v in HISTS.items()}
     out = {k: [0.0, 0.0] for k in HISTS}
+    out["cpu"] = [0.0, 1.0]
     for f in text_string_to_metric_families(text):
-        if f.name in names:
+        if f.name == CPU_COUNTER.removesuffix("_total") or f.name == CPU_COUNTER:
+            out["cpu"][0] = sum(smp.value for smp in f.samples if smp.name == CPU_COUNTER)
+        elif f.name in names:
             for smp in f.samples:
                 if smp.name == f.name + "_sum":
                     out[names[f.name]][0] += smp.value
@@ -143,11 +164,12 @@ def histogram_totals(url: str) -> dict:
 
 
 def engine_means(url: str, model: str, reqs: list[Req]) -> dict:
-    """Run ``reqs`` and return the engine's mean of each HISTS interval over them (seconds)."""
+    """Run ``reqs`` and return the engine's mean of each HISTS interval over them (seconds), and
+    ``"cpu"``: the API server's CPU seconds over the experiment (its two scrapes included)."""
     before = histogram_totals(url)
     run(url, model, reqs)
     after = histogram_totals(url)
-    means = {}
+    means = {"cpu": after["cpu"][0] - before["cpu"][0]}
     for k in HISTS:
         ds, dc = after[k][0] - before[k][0], after[k][1] - before[k][1]
         means[k] = ds / dc if dc > 0 else float("nan")
@@ -155,36 +177,70 @@ def engine_means(url: str, model: str, reqs: list[Req]) -> dict:
 
 
 def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
-    """Measure the step-time fields of a Profile (seconds) on the server at ``url`` (see module doc).
+    """Measure the step-time and front-end fields of a Profile (seconds) on the server at ``url``
+    (method in the module doc).
 
     Each point is the median of ``reps`` experiments (one lone request per prefill experiment, one
     batch per decode experiment), so a stall of a shared CPU moves a point less than a mean would.
     Returns ``{"base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s",
-    "kv_read_per_token_s": 0.0, "points": {...}}``; ``points`` holds the medians fitted.
+    "kv_read_per_token_s": 0.0, "frontend_input_s", "frontend_per_token_s", "frontend_busy_share",
+    "points": {...}}``; ``points`` holds the medians fitted and the front end's CPU fit.
     """
-    run(url, model, [Req(0.0, 16, 4, seed)])  # warm-up (first request pays lazy initialisation)
     rng = random.Random(seed)
+    # Warm-up: one unmeasured experiment of every kind and size (the first request of a size pays
+    # lazy initialisation; the first decode batches ran ~30% slower than the steady state).
+    for p in PREFILL_SIZES:
+        run(url, model, [Req(0.0, p, 2, seed * 31 + p)])
+    for b in DECODE_BATCHES:
+        run(url, model, [Req(0.0, 32, DECODE_TOKENS, seed * 37 + b * 100 + j) for j in range(b)])
     # Interleaved (shuffled) experiments: a slow spell of a shared CPU hits every size alike.
     plan = [("p", p, i) for p in PREFILL_SIZES for i in range(reps)]
     plan += [("d", b, i) for b in DECODE_BATCHES for i in range(max(1, reps - 2))]
     rng.shuffle(plan)
     got: dict[tuple, list] = {}
+    cpu_rows = []  # (requests, output tokens, API-server CPU seconds) per experiment
     for kind, size, i in plan:
         if kind == "p":
             m = engine_means(url, model, [Req(0.0, size, 2, seed * 1000 + size * 10 + i)])
+            cpu_rows.append((1, 2, m["cpu"]))
         else:
-            m = engine_means(url, model, [Req(0.0, 32, 48, seed * 7919 + size * 100 + i * 17 + j) for j in range(size)])
+            m = engine_means(url, model, [Req(0.0, 32, DECODE_TOKENS, seed * 7919 + size * 100 + i * 17 + j)
+                                          for j in range(size)])
+            cpu_rows.append((size, size * DECODE_TOKENS, m["cpu"]))
         got.setdefault((kind, size), []).append(m)
     prefill = {p: statistics.median(m["prefill"] for m in got[("p", p)]) for p in PREFILL_SIZES}
     overhead = [m["ttft"] - m["queue"] - m["prefill"] for p in PREFILL_SIZES for m in got[("p", p)]]
-    itl = {b: statistics.median(m["itl"] for m in got[("d", b)]) for b in DECODE_BATCHES}
+    step = {b: statistics.median(m["decode"] / (DECODE_TOKENS - 1) for m in got[("d", b)]) for b in DECODE_BATCHES}
     _p_icpt, p_slope = _fit(list(prefill), list(prefill.values()))
-    d_icpt, d_slope = _fit(list(itl), list(itl.values()))
-    return {"base_s": max(d_icpt, 1e-4), "input_overhead_s": max(statistics.median(overhead), 0.0),
+    d_icpt, d_slope = _fit(list(step), list(step.values()))
+    scrape_cpu, req_cpu, tok_cpu = _front_end_cpu(cpu_rows)
+    input_s = max(statistics.median(overhead), 0.0)
+    return {"base_s": max(d_icpt, 1e-4), "input_overhead_s": input_s,
             "prefill_per_token_s": max(p_slope, 0.0), "decode_per_seq_s": max(d_slope, 0.0),
             "kv_read_per_token_s": 0.0,
-            "points": {"prefill_step_s_by_prompt": prefill, "itl_s_by_batch": itl,
-                       "input_overhead_s_median": statistics.median(overhead)}}
+            "frontend_input_s": input_s, "frontend_per_token_s": max(tok_cpu, 0.0),
+            "frontend_busy_share": FRONTEND_BUSY_SHARE,
+            "points": {"prefill_step_s_by_prompt": prefill, "decode_step_s_by_batch": step,
+                       "itl_hist_s_by_batch": {b: statistics.median(m["itl"] for m in got[("d", b)])
+                                               for b in DECODE_BATCHES},
+                       "input_overhead_s_median": statistics.median(overhead),
+                       "api_server_cpu_s": {"per_experiment": scrape_cpu, "per_request": req_cpu,
+                                            "per_output_token": tok_cpu, "experiments": len(cpu_rows),
+                                            "total": sum(r[2] for r in cpu_rows)}}}
+
+
+def _front_end_cpu(rows: list[tuple[int, int, float]]) -> tuple[float, float, float]:
+    """Least squares ``cpu = c + a x requests + b x tokens`` over (requests, tokens, cpu_s) rows:
+    ``(c, a, b)`` in CPU seconds (per experiment, per request, per output token); zeros when the
+    server reports no CPU counter."""
+    import numpy as np
+
+    x = np.array([[1.0, r, t] for r, t, _ in rows])
+    y = np.array([c for _, _, c in rows])
+    if not y.any():
+        return 0.0, 0.0, 0.0
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def fidelity_workload(n: int = 48, rate_per_s: float = 6.0, seed: int = 11) -> list[Req]:

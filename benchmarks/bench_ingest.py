@@ -1,16 +1,19 @@
 """OTLP span ingest throughput into the embedded store (chDB on a temporary directory).
 
 Run: ``.venv/bin/python benchmarks/bench_ingest.py [--spans 102400] [--naive-spans 20480] [--clients 2]``
+(``--e2e-only``: the end-to-end rounds alone: receiver CPU and memory)
 and ``.venv/bin/python benchmarks/bench_ingest.py --dedup-cost [--reps 12]`` for the once-only cost alone.
 
 Measured in one run, on the same engine, each into a freshly migrated database:
 
 1. **end to end**: client processes POST pre-encoded OTLP/HTTP protobuf requests (512 vLLM-shaped
-   ``llm_request`` spans each, the SDK's default batch size) with several requests in flight to a
-   running :class:`collectors.receiver.Receiver`; timed from the first request until every span
-   is counted in ``otel_traces`` (so it includes validation, the fsync'ed spool, the batching
-   writer and ClickHouse decoding + the materialized views: ``llm_calls`` and the others on
-   ``otel_traces``);
+   ``llm_request`` spans each, the SDK's default batch size) with several requests in flight to
+   ``infercost collector`` running in a process of its own on a fresh embedded store (as deployed:
+   migrated, cost jobs scheduled); timed from the first request until its ``/health`` says every
+   span is stored (so it includes validation, the fsync'ed spool, the batching writer and
+   ClickHouse decoding + the materialized views: ``llm_calls`` and the others on ``otel_traces``).
+   Its CPU-seconds and resident memory are read from ``/proc/<pid>``: RSS idle (migrated, before
+   the load), peak under load (sampled every 20 ms) and 5 s after;
 2. **decode + insert**: :func:`collectors.otlp_traces.prepare_traces` on every request, then
    :func:`collectors.ingest.insert_trace_payloads` in batches of up to 100,000 spans (the writer's
    ``batch_cap_rows``: under load the writer's batches grow to it, amortising the store's fixed
@@ -30,8 +33,9 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    Ingest cannot be faster than this on the same engine, so (1) and (2) are printed as a ratio to it.
 
 ``--rounds N`` (default 3) repeats (5), (2) and (1) alternately N times and prints medians (a shared
-machine's drift hits each the same way); CPU-seconds per 100k spans are of this process (the
-embedded engine runs inside it, merges included), wall spans/s over the timed part.
+machine's drift hits each the same way); CPU-seconds per 100k spans are of the process that runs
+the embedded engine (merges included): this one for (2)-(5), the collector's for (1); wall spans/s
+over the timed part.
 
 ``--breakdown [--reps 5]`` prices parts of the insert: 102,400-span inserts alternated over databases
 of one engine (jobs stopped) that differ in one thing each: as migrated; without ``llm_calls_mv``;
@@ -50,8 +54,12 @@ median CPU-seconds per insert of each and their ratio (interleaving cancels the 
 machine's load).
 
 Prints spans/s (wall clock) for each and the ratio of (1) and (2) to (3), and spans per CPU-second
-of this process (the embedded ClickHouse runs inside it; the HTTP clients' CPU is excluded and
-shown apart), which is less distorted than wall time when other work shares the machine's cores.
+of the process running the embedded ClickHouse (the HTTP clients' CPU is excluded and shown apart),
+which is less distorted than wall time when other work shares the machine's cores; and the
+collector's resident memory (idle, peak under load, after; goal: peak <= 700 MB).
+Set ``JE_MALLOC_CONF`` (e.g. empty: ClickHouse's allocator default) to compare the embedded
+engine's allocator settings (:data:`schema.store.EMBEDDED_MALLOC_CONF`); ``--batch-cap-rows`` sets
+the collector's largest insert.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ import os
 import resource
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -142,41 +151,139 @@ def fresh_store(engine_dir: str, name: str):
     return store
 
 
-def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flight: int) -> tuple[float, float]:
-    """(1): returns (spans/s wall, receiver-process CPU-s per 100k spans)."""
-    from collectors.receiver import Receiver, ReceiverConfig
+class ReceiverProcess:
+    """``infercost collector`` in a process of its own, on a fresh embedded store under ``data_dir``.
 
-    store = fresh_store(engine_dir, "bench_e2e")
-    spool = tempfile.mkdtemp(prefix="bench-spool-")
-    receiver = Receiver(ReceiverConfig(port=0, spool_dir=Path(spool)), store).start()
+    As deployed: the CLI migrates the store (retention 3650 days, so the bench's 2025 timestamps
+    are kept), runs the receiver, its spool and writer, and the cost jobs' refreshable views. A
+    thread samples the process's resident memory (``/proc/<pid>/status`` ``VmRSS``, bytes) every
+    ``interval_s``; ``cpu()`` is its user + system CPU-seconds (``/proc/<pid>/stat``).
+    """
+
+    def __init__(self, data_dir: str, interval_s: float = 0.02, env: dict | None = None):
+        import subprocess
+
+        env = dict(os.environ, INFERCOST_DATA_DIR=data_dir, INFERCOST_RETENTION_DAYS="3650",
+                   PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {}))
+        self.proc = subprocess.Popen([sys.executable, "-m", "infercost.cli", "collector", "--port", "0"],
+                                     cwd=data_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True)
+        self.url = ""
+        for line in self.proc.stdout:
+            if line.startswith("OTLP/HTTP receiver on "):
+                self.url = line.split()[3]
+                break
+        assert self.url, f"collector did not start (exit {self.proc.poll()})"
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _status(self, field: str) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def _sample(self, interval_s: float) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.perf_counter(), self._status("VmRSS")))
+            except (OSError, ValueError):
+                return
+            self._stop.wait(interval_s)
+
+    def rss(self) -> int:
+        """Resident memory now, bytes."""
+        return self._status("VmRSS")
+
+    def hwm(self) -> int:
+        """Peak resident memory since the process started (``VmHWM``), bytes."""
+        return self._status("VmHWM")
+
+    def peak(self, since: float) -> int:
+        """Largest sampled resident memory since ``since`` (``time.perf_counter()``), bytes."""
+        return max((rss for t, rss in self.samples if t >= since), default=0)
+
+    def cpu(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def health(self) -> dict:
+        import httpx
+
+        return httpx.get(f"{self.url}/health", timeout=30, trust_env=False).json()
+
+    def inserts(self) -> int:
+        """The writer's batched inserts so far (its ``/metrics`` counter)."""
+        import httpx
+
+        text = httpx.get(f"{self.url}/metrics", timeout=30, trust_env=False).text
+        return int(float(next(line.split()[1] for line in text.splitlines() if line.startswith("infercost_receiver_inserts_total"))))
+
+    def stop(self) -> str:
+        """SIGINT (the CLI drains and stops); returns its last line ('stopped: N spans stored ...')."""
+        import signal
+
+        self._stop.set()
+        self.proc.send_signal(signal.SIGINT)
+        out, _ = self.proc.communicate(timeout=120)
+        return out.strip().splitlines()[-1] if out.strip() else ""
+
+
+MB = 1_000_000
+
+
+def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flight: int,
+                     env: dict | None = None) -> tuple[float, ...]:
+    """(1): returns (spans/s wall, receiver CPU-s per 100k spans, RSS idle, peak under load, after; bytes).
+
+    The receiver is ``infercost collector`` in its own process (:class:`ReceiverProcess`); its CPU
+    and memory are read from ``/proc``. Idle: 2 s after it listens (migrated, nothing received).
+    Peak: the largest sample from the first request until everything is stored. After: 5 s later.
+    """
+    data_dir = tempfile.mkdtemp(prefix="bench-collector-", dir=engine_dir)
+    receiver = ReceiverProcess(data_dir, env=env)
+    time.sleep(2.0)
+    idle = receiver.rss()
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     shares = [bodies[i::clients] for i in range(clients)]
     procs = [ctx.Process(target=_client, args=(f"{receiver.url}/v1/traces", share, in_flight, out)) for share in shares]
-    cpu0 = time.process_time()
+    expected = len(bodies) * SPANS_PER_REQUEST
+    cpu0 = receiver.cpu()
     started = time.perf_counter()
     for p in procs:
         p.start()
     results = [out.get() for _ in procs]
     for p in procs:
         p.join()
-    assert receiver.flush(600), "receiver did not drain"
-    total = store.scalar("SELECT count() FROM otel_traces", tag="bench.count")
+    deadline = time.monotonic() + 600
+    while True:
+        health = receiver.health()
+        if (health["stored"] >= expected and health["queue_rows"] == 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu0
+    cpu = receiver.cpu() - cpu0
+    peak = receiver.peak(started)
+    inserts = receiver.inserts()
+    time.sleep(5.0)
+    after = receiver.rss()
+    hwm = receiver.hwm()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    receiver.stop()
+    last = receiver.stop()
     ok = sum(r[0] for r in results)
     other = [c for r in results for c in r[1]]
-    expected = len(bodies) * SPANS_PER_REQUEST
-    assert ok == len(bodies) and total == expected, f"{ok} requests ok, {total} rows, expected {expected}"
-    stats = receiver.stats
+    assert ok == len(bodies) and health["stored"] == expected, f"{ok} requests ok, {health['stored']} stored, expected {expected}"
+    assert last.startswith(f"stopped: {expected} spans stored"), last
     print(f"  end to end: {expected} spans in {elapsed:.2f} s wall, {cpu:.2f} CPU-s in the receiver process "
-          f"({expected / cpu:,.0f} spans/CPU-s); clients {children.ru_utime + children.ru_stime:.2f} CPU-s; "
-          f"{stats.inserts} inserts ({stats.insert_seconds:.2f} s inside inserts); "
-          f"{len(other)} back-pressure answers retried")
-    store.command("DROP DATABASE bench_e2e SYNC", tag="bench.drop")
-    return expected / elapsed, cpu * 100_000 / expected
+          f"({expected / cpu:,.0f} spans/CPU-s); clients {children.ru_utime + children.ru_stime:.2f} CPU-s (cumulative); "
+          f"{inserts} inserts; {len(other)} back-pressure answers retried; receiver RSS idle {idle / MB:,.0f} MB, peak under load "
+          f"{peak / MB:,.0f} MB (VmHWM {hwm / MB:,.0f} MB), 5 s after {after / MB:,.0f} MB")
+    return expected / elapsed, cpu * 100_000 / expected, idle, peak, after
 
 
 def bench_decode_insert(engine_dir: str, bodies: list[bytes], duplicates: bool = True) -> tuple[float, float]:
@@ -371,6 +478,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument("--in-flight", type=int, default=4, help="concurrent requests per client process")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the limit, decode+insert, end to end")
+    parser.add_argument("--batch-cap-rows", type=int, default=None,
+                        help="the collector's INFERCOST_BATCH_CAP_ROWS for the end-to-end runs (default: its own)")
+    parser.add_argument("--e2e-only", action="store_true",
+                        help="only the end-to-end rounds (receiver CPU and memory), no limit / direct / naive runs")
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
     parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
@@ -393,22 +504,29 @@ def main() -> None:
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     runs: dict[str, list[tuple[float, float]]] = {"parse": [], "limit": [], "direct": [], "e2e": []}
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
-        naive = bench_naive(engine_dir, naive_bodies)
+        naive = None if args.e2e_only else bench_naive(engine_dir, naive_bodies)
         for rnd in range(args.rounds):
             print(f"round {rnd + 1}/{args.rounds}", flush=True)
-            runs["parse"].append(bench_limit(engine_dir, bodies, flatten=False))
-            runs["limit"].append(bench_limit(engine_dir, bodies))
-            runs["direct"].append(bench_decode_insert(engine_dir, bodies, duplicates=rnd == 0))
-            runs["e2e"].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight))
+            if not args.e2e_only:
+                runs["parse"].append(bench_limit(engine_dir, bodies, flatten=False))
+                runs["limit"].append(bench_limit(engine_dir, bodies))
+                runs["direct"].append(bench_decode_insert(engine_dir, bodies, duplicates=rnd == 0))
+            env = {"INFERCOST_BATCH_CAP_ROWS": str(args.batch_cap_rows)} if args.batch_cap_rows else None
+            runs["e2e"].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight, env))
 
     def med(name: str, k: int) -> float:
         values = sorted(r[k] for r in runs[name])
         return values[len(values) // 2]
 
-    limit, limit_cpu = med("limit", 0), med("limit", 1)
     print()
     print(f"medians of {args.rounds} alternating rounds; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"receiver process RSS: idle {med('e2e', 2) / MB:,.0f} MB, peak under load {med('e2e', 3) / MB:,.0f} MB "
+          f"(max of rounds {max(r[3] for r in runs['e2e']) / MB:,.0f} MB), 5 s after {med('e2e', 4) / MB:,.0f} MB "
+          f"(goal: peak <= 700 MB); end to end {med('e2e', 0):,.0f} spans/s, {med('e2e', 1):.2f} CPU-s per 100k spans")
+    if args.e2e_only:
+        return
+    limit, limit_cpu = med("limit", 0), med("limit", 1)
     print(f"{'':38s} {'spans/s':>10s}  {'CPU-s/100k':>10s}  {'x limit (wall)':>14s}  {'x limit (CPU)':>13s}")
     rows = [("naive per-span Python loop + insert", naive, None),
             ("ClickHouse parse only", med("parse", 0), med("parse", 1)),

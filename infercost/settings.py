@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     max_attribute_bytes: int = Field(64 * 1024, ge=256, description="Longer string/bytes attribute values are truncated (reported in partial_success).")
     batch_max_rows: int = Field(5000, ge=1, description="Writer flushes at this many rows ...")
     batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
+    batch_cap_rows: int = Field(100_000, ge=1, description="Largest single insert of the receiver's writer, rows "
+                                                           "(spans): under load its batches grow to it; the "
+                                                           "embedded store's memory peak grows with it.")
     queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")
     spool_max_bytes: int = Field(1024 * 1024 * 1024, ge=0, description="On-disk spool cap (store down); beyond it: 503.")
     min_free_disk_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Embedded store: below this much free disk the cost jobs pause (a refresh on a full disk can break a table definition).")

@@ -11,6 +11,13 @@ writes ClickHouse goes through :class:`Store`; it
 
 chDB allows one engine path per process (a second path raises); clients on the same path share
 the data, and each client keeps its own current database, which is how tests isolate themselves.
+
+The embedded engine's allocator (jemalloc, configured by ``JE_MALLOC_CONF``) is told to return
+freed pages to the system after 1 s (:data:`EMBEDDED_MALLOC_CONF`, set before the engine loads
+unless ``JE_MALLOC_CONF`` is already set). With ClickHouse's own default (dirty pages kept 5 s)
+the memory one insert freed is still resident while the next allocates, so the receiver's peak
+held both; returning pages at once (0 ms) lowers the peak a little more but costs ~1.6x CPU per
+insert (pages faulted in again). Measured with ``benchmarks/bench_ingest.py --e2e-only`` (README).
 """
 
 from __future__ import annotations
@@ -217,6 +224,16 @@ class Store:
         return connect(url, self.database, create_database=False)
 
 
+# freed (dirty) pages go back to the system after 1 s, not ClickHouse's 5 s; none kept lazily
+# (MADV_FREE'd "muzzy" pages would still count as resident); see the module doc
+EMBEDDED_MALLOC_CONF = "dirty_decay_ms:1000,muzzy_decay_ms:0"
+
+
+def _configure_embedded_allocator() -> None:
+    """Set ``JE_MALLOC_CONF`` for the embedded engine unless set; no effect once chDB is loaded."""
+    os.environ.setdefault("JE_MALLOC_CONF", EMBEDDED_MALLOC_CONF)
+
+
 def connect(url: str, database: str = "infercost", *, create_database: bool = True) -> Store:
     """Open the store at ``url`` bound to ``database``; create the database (``ENGINE = Atomic``) if asked.
 
@@ -238,6 +255,7 @@ def connect(url: str, database: str = "infercost", *, create_database: bool = Tr
     database = validate_identifier(parsed.database or database)
     try:
         if parsed.backend == "chdb":
+            _configure_embedded_allocator()
             if parsed.path != ":memory:":
                 Path(parsed.path).mkdir(parents=True, exist_ok=True)
             # One client: closing the last client of an in-memory engine would drop its data.

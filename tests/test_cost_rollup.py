@@ -241,3 +241,104 @@ def test_triangle_from_the_rollup_matches_the_raw_rows(cstore):
     assert got.loc[("r1", at(3600)), "successful_tasks"] == 1
     assert got.loc[("r1", at(3600)), "spend_usd"] == pytest.approx(3.60, **REL)
     assert got.loc[("r1", at(1800 - 1800)), "spend_usd"] == pytest.approx(0.06 * 30, **REL)  # 10:30-11:00 only
+
+
+# The triangle's 6-hour blocks (migration 0200, schema/jobs/run_cost_blocks.sql). Extra engine calls
+# on r1 before the scenario's, in hours 07-09 of the block 06:00-12:00: the block's largest TTFT is in
+# hour 08 and its largest e2e in hour 09, so a p99 (nearest rank: the maximum below 100 calls) taken
+# from one hour only, or from the wrong hours, differs from the block's.
+# (task, call start s, call end s, ttft s)
+EARLY = [("E0", -10800, -10790, 0.20), ("E1", -7000, -6990, 0.90), ("E2", -6900, -6800, 0.30),
+         ("E3", -3500, -3000, 0.40)]
+B0 = at(-14400)  # 06:00, the block the runs below complete
+
+
+def _block_scenario(store):
+    _scenario(store)
+    sp = Spans()
+    for task, start, end, ttft in EARLY:
+        sp.task(f"tr{task}", task, start - 1, end + 5, tenant="acme")
+        sp.call(task_id=task, tenant="acme", replica="r1", start=start, end=end, prompt=400, output=40,
+                trace=f"tr{task}", ttft=ttft)
+    sp.flush(store)
+    jobs.run_jobs(store, start=B0, end=at(11400))  # 06:00 .. 13:10: hours 06-12 complete, 13 cut
+
+
+def _expected_windows(store, start, end, seconds):
+    """Engine requests and nearest-rank p99s per (replica, window), recomputed in pandas from llm_calls."""
+    calls = _raw(store, "llm_calls")
+    calls = _in(calls[calls["call_source"] == "engine"], "end_time", start, end)
+    calls = calls.assign(window=pd.to_datetime(calls["end_time"]).dt.tz_localize(None).dt.floor(f"{seconds}s"))
+    return {key: (len(g), _nearest_rank(g["ttft_s"]), _nearest_rank(g["e2e_s"]))
+            for key, g in calls.groupby(["replica", "window"])}
+
+
+def _check_windows(got, expected):
+    got = got.assign(window=pd.to_datetime(got["window_start"]).dt.tz_localize(None))
+    engine = got[got["requests"] > 0].set_index(["replica", "window"])
+    assert sorted(engine.index) == sorted(expected)
+    for key, (n, ttft, e2e) in expected.items():
+        assert engine.loc[key, "requests"] == n, key
+        assert engine.loc[key, "ttft_p99_s"] == pytest.approx(ttft, **REL), key
+        assert engine.loc[key, "e2e_p99_s"] == pytest.approx(e2e, **REL), key
+
+
+def test_triangle_blocks_hold_the_exact_p99_of_their_hours(cstore):
+    _block_scenario(cstore)
+    start, end = B0, at(11100)  # 06:00 .. 13:05: the window 06:00 is the block, 12:00 is partial
+    span = cost.rollup_span(cstore, start, end, 21600)
+    assert span["block_starts"] == [B0] and len(span["rollup_versions"]) == 7
+    blocks = cstore.query_df("SELECT replica, requests, ttft_p99_s, e2e_p99_s FROM cost_triangle_blocks "
+                             "WHERE block_seconds = 21600 AND block_start = {b:DateTime} ORDER BY replica",
+                             {"b": B0}, tag="test")
+    expected = _expected_windows(cstore, start, end, 21600)
+    # by hand: r1 ran E0-E3 (07:00-09:10), T0 (10:01) and T1 (ended 11:00:30) in the block
+    assert list(blocks["replica"]) == ["r1", "r2"] and list(blocks["requests"]) == [6, 2]
+    assert blocks["ttft_p99_s"][0] == pytest.approx(0.90, **REL)  # E1's, hour 08
+    assert blocks["e2e_p99_s"][0] == pytest.approx(500.0, **REL)  # E3's, hour 09
+    got = cost.replica_windows(cstore, start, end, 21600)
+    _check_windows(got, expected)
+    # the same frame from the hours' states alone (no block readable)
+    cstore.command("TRUNCATE TABLE cost_triangle_block_marks", tag="test")
+    assert cost.rollup_span(cstore, start, end, 21600)["block_starts"] == []
+    _frames_equal(got, cost.replica_windows(cstore, start, end, 21600))
+
+
+def test_triangle_block_versions_old_and_stale_marks_are_ignored(cstore):
+    _block_scenario(cstore)
+    start, end = B0, at(11100)
+    before = cost.replica_windows(cstore, start, end, 21600)
+    version = cost.rollup_span(cstore, start, end, 21600)["block_versions"][0]
+    row = ("INSERT INTO cost_triangle_blocks (block_start, block_seconds, version, replica, requests, ttft_p99_s, "
+           "e2e_p99_s) VALUES ({b:DateTime}, 21600, {v:UInt64}, 'r3', 7, 9.5, 99.5)")
+    cstore.command(row, {"b": B0, "v": version - 1}, tag="test")  # an older version of the block: never read
+    _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
+    cstore.command(row, {"b": B0, "v": version}, tag="test")  # the current version: read (the block is used)
+    tampered = cost.replica_windows(cstore, start, end, 21600).set_index("replica")
+    assert tampered.loc["r3", "requests"] == 7 and tampered.loc["r3", "ttft_p99_s"] == pytest.approx(9.5, **REL)
+    # a recompute of hour 08 gives it a new version: the block's mark no longer names the hours'
+    # versions, so the hours are merged (the tampered row is no longer read) until the rollup step of
+    # that run writes the block again, from the new versions
+    jobs.run_jobs(cstore, start=at(-7200), end=at(-6600))
+    span = cost.rollup_span(cstore, start, end, 21600)
+    assert span["block_starts"] == [B0] and span["block_versions"][0] > version
+    assert cstore.scalar("SELECT count() FROM cost_triangle_block_marks WHERE block_start = {b:DateTime} "
+                         "AND block_seconds = 21600", {"b": B0}, tag="test") == 2
+    _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
+    _check_windows(before, _expected_windows(cstore, start, end, 21600))
+    # a newer complete version of hour 09 with no block written for it (the periodic chain's copy):
+    # the block is not read; roll_up_pending writes it
+    cstore.command("INSERT INTO cost_rollup_hours (hour, version, complete) VALUES ({h:DateTime}, {v:UInt64}, 1)",
+                   {"h": at(-3600), "v": 2**62}, tag="test")
+    for table in ("cost_triangle_hours", "cost_replica_hours"):
+        # (a subquery: in the outer WHERE, `version` would name the replaced column)
+        cstore.command(f"INSERT INTO {table} SELECT * REPLACE (toUInt64({2**62}) AS version) FROM (SELECT * FROM "
+                       f"{table} WHERE hour = {{h:DateTime}} AND version = {{old:UInt64}})",
+                       {"h": at(-3600), "old": span["rollup_versions"][3]}, tag="test")
+    assert cstore.scalar("SELECT count() FROM cost_triangle_hours WHERE version = {v:UInt64}", {"v": 2**62},
+                         tag="test") == 2  # r1's engine and successes rows
+    assert cost.rollup_span(cstore, start, end, 21600)["block_starts"] == []
+    _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
+    assert jobs.roll_up_pending(cstore, retention_days=36500) is None
+    assert cost.rollup_span(cstore, start, end, 21600)["block_starts"] == [B0]
+    _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))

@@ -282,7 +282,7 @@ def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT
     base_id, n = time.time_ns(), 0
     while start < end:
         stop_at = min(start + chunk, end)
-        for statement in _statements("run_cost_rollup"):
+        for statement in _statements("run_cost_rollup") + _statements("run_cost_blocks"):
             store.command(statement, {"ws": start, "we": stop_at, "run_id": base_id + n}, tag="jobs.rollup")
         start, n = stop_at, n + 1
     return n
@@ -292,19 +292,24 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     """Roll up the hours below the watermark that have no complete rollup yet, from the first such
     hour (within ``retention_days``) to the watermark's hour: the hours the periodic chain copies
     into history (it does not roll up), and a store migrated to 0170 with history already in it.
-    Returns the range rolled up (UTC, naive), or None when there was none. ``infercost up`` calls it
-    every minute (:class:`LateRecompute`)."""
+    Returns the range rolled up (UTC, naive), or None when there was none; then it writes the
+    triangle's blocks (migration 0200) that are due over the retention instead. ``infercost up`` calls
+    it every minute (:class:`LateRecompute`)."""
     mark = watermark(store)
     if mark is None:
         return None
     end = mark.replace(minute=0, second=0, microsecond=0)
     oldest = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=int(retention_days))
     first = store.scalar((JOBS_DIR / "rollup_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.rollup")
-    if first is None or first.year <= 1970:
+    if first is None or first.year <= 1970 or first.replace(tzinfo=None) >= end:
+        # every hour rolled up: the triangle's blocks (migration 0200) a store rolled up before
+        # 0200 lacks, or whose hours a run rewrote after the block's rollup step
+        if oldest < end:
+            params = {"ws": oldest, "we": end, "run_id": time.time_ns()}
+            for statement in _statements("run_cost_blocks"):
+                store.command(statement, params, tag="jobs.rollup")
         return None
     first = first.replace(tzinfo=None)
-    if first >= end:
-        return None
     roll_up(store, start=first, end=end)
     return first, end
 

@@ -41,7 +41,7 @@ KINDS = {
     "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
     "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
     "tasks": (("run_tasks",), "tasks", 1),
-    "rollup": (("run_cost_rollup",), "rollup", 1),
+    "rollup": (("run_cost_rollup", "run_cost_blocks"), "rollup", 1),
 }
 
 

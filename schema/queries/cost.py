@@ -33,6 +33,8 @@ from schema.queries import rows, run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
 GROUPINGS = ("task_type", "tenant", "model", "replica")
+# The triangle windows the cost jobs keep exact per-block results for (migration 0200): 6 h, 1 day.
+TRIANGLE_BLOCKS_S = (21600, 86400)
 CATEGORIES = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle")
 
 # The columns each named query returns, in order (see each function's docstring for units).
@@ -118,16 +120,27 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600)
     first = start.replace(minute=0, second=0, microsecond=0)
     if first < start:
         first += timedelta(hours=1)
-    _, found = rows(store, "cost_rollup_span", start=start, end=end)
-    mark, hours, found_versions = found[0]
+    block_seconds = int(unit_seconds) if int(unit_seconds) in TRIANGLE_BLOCKS_S else 0
+    _, found = rows(store, "cost_rollup_span", start=start, end=end, block_seconds=block_seconds)
+    mark, hours, found_versions, marks = found[0]
     versions: list[int] = []
     if int(unit_seconds) % 3600 == 0:
         for hour, version in zip(hours, found_versions):
             if hour.replace(tzinfo=None) != first + timedelta(hours=len(versions)):
                 break
             versions.append(int(version))
+    # a block is read when it lies in the rolled-up hours and its mark names their versions
+    blocks: dict[datetime, int] = {}
+    per_block = block_seconds // 3600
+    for block_start, version, hour_versions in marks or ():
+        block_start = block_start.replace(tzinfo=None)
+        i = int((block_start - first).total_seconds()) // 3600
+        if 0 <= i and i + per_block <= len(versions) and [int(v) for v in hour_versions] == versions[i:i + per_block]:
+            blocks[block_start] = max(int(version), blocks.get(block_start, 0))
+    ordered = sorted(blocks)
     return {"rollup_start": first, "rollup_end": first + timedelta(hours=len(versions)), "rollup_versions": versions,
-            "watermark": mark.replace(tzinfo=None)}
+            "watermark": mark.replace(tzinfo=None), "block_starts": ordered,
+            "block_versions": [blocks[b] for b in ordered]}
 
 
 def _by(by: str | None, allowed=GROUPINGS) -> str:

@@ -13,7 +13,10 @@
 -- cost_triangle_hours, cost_replica_hours) are read from the rollups, [p_hs, p_re): latencies as
 -- quantile states, merged exactly, and successes as distinct counts per hour, summed (a task ends
 -- in one hour); the partial edge hours and hours not rolled up (the live window) from the raw
--- tables. Shorter windows read raw only.
+-- tables. Shorter windows read raw only. With 6-hour or 1-day windows, a window that is one of the
+-- triangle's blocks (migration 0200) whose mark names its hours' current versions (cost.rollup_span:
+-- p_blocks, p_block_versions) takes the block's exact p99 and sums, computed once by the cost jobs,
+-- instead of merging its hours' quantile states (which hold every call's latencies).
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -27,11 +30,21 @@ WITH
     -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
     -- were a third of this query's planning time)
     {watermark:DateTime} AS p_wm,
+    -- the blocks read whole (cost.rollup_span): start of each, and the version of its rows
+    {block_starts:Array(DateTime)} AS p_blocks,
+    {block_versions:Array(UInt64)} AS p_block_versions,
     eng AS (
+        -- the blocks: one window each, nothing else falls in it (it lies in the rolled-up hours)
+        SELECT replica, block_start AS window_start, requests, tokens, out_tokens,
+               ttft_p99_s, e2e_p99_s
+        FROM cost_triangle_blocks
+        WHERE block_seconds = p_win AND has(p_blocks, block_start)
+          AND version = p_block_versions[indexOf(p_blocks, block_start)]
+        UNION ALL
         SELECT replica, window_start,
                sum(e_requests) AS requests, sum(e_tokens) AS tokens, sum(e_out_tokens) AS out_tokens,
-               quantileExactMerge(0.99)(e_ttft) AS ttft_p99_s,
-               quantileExactMerge(0.99)(e_e2e) AS e2e_p99_s
+               toNullable(toFloat64(quantileExactMerge(0.99)(e_ttft))) AS ttft_p99_s,
+               toNullable(toFloat64(quantileExactMerge(0.99)(e_e2e))) AS e2e_p99_s
         FROM (
             SELECT replica, toStartOfInterval(end_time, toIntervalSecond(p_win)) AS window_start,
                    count() AS e_requests,
@@ -53,6 +66,7 @@ WITH
             FROM cost_triangle_hours
             WHERE part = 'engine' AND hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+              AND NOT has(p_blocks, toStartOfInterval(hour, toIntervalSecond(p_win)))
             GROUP BY replica, window_start
         )
         GROUP BY replica, window_start

@@ -1,8 +1,9 @@
 """The hourly cost rollups (migration 0170, schema/jobs/run_cost_rollup.sql) behind the cost page and
 the triangle: whole hours from the rollups, partial edge hours and hours not rolled up from the raw
-tables. Every figure is checked against a recompute in pandas from the raw rows (call_costs,
-replica_minutes, tasks, llm_calls) and the hand-computed spend; the tests fail if an hour edge is
-read twice or missed, or a recompute's rows are counted twice.
+tables, the triangle's 6-hour blocks (migration 0200) whole while their mark is current. Every figure
+is checked against a recompute in pandas from the raw rows (call_costs, replica_minutes, tasks,
+llm_calls) and the hand-computed spend; the tests fail if an hour edge is read twice or missed, or a
+recompute's rows are counted twice.
 
 Scenario (``_scenario``): H100 at $3.60/GPU-hour = $0.06 per replica-minute; r1 up minutes 0-199
 (10:00-13:19), r2 up minutes 50-129 (10:50-12:09); capacity ~0, so a minute with work allocates all

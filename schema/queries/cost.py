@@ -113,8 +113,13 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600)
     on, the rows the views ``call_costs`` / ``replica_minutes`` / ``tasks`` give, without the two
     scalar subqueries every reference to those views plans.
 
-    Returns the bound parameters: ``{"rollup_start", "rollup_end", "rollup_versions", "watermark"}``
-    (UTC naive datetimes, list of int; watermark 1970-01-01 before any run).
+    With ``unit_seconds`` in :data:`TRIANGLE_BLOCKS_S` (6 h, 1 day) also the triangle's blocks of that
+    size (migration 0200) to read whole: those inside ``[rollup_start, rollup_end)`` whose mark names
+    exactly the current versions of their hours (a stale mark, an hour rewritten since, is skipped).
+
+    Returns the bound parameters: ``{"rollup_start", "rollup_end", "rollup_versions", "watermark",
+    "block_starts", "block_versions"}`` (UTC naive datetimes, list of int; watermark 1970-01-01
+    before any run; the block lists empty for other units).
     """
     start, end = _naive_utc(start), _naive_utc(end)
     first = start.replace(minute=0, second=0, microsecond=0)

@@ -16,8 +16,9 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    the load), peak under load (sampled every 20 ms) and 5 s after;
 2. **decode + insert**: :func:`collectors.otlp_traces.prepare_traces` on every request, then
    :func:`collectors.ingest.insert_trace_payloads` in batches of up to 100,000 spans (the writer's
-   ``batch_cap_rows``: under load the writer's batches grow to it, amortising the store's fixed
-   per-insert cost of ~0.1-0.2 CPU-s: part creation, planning five materialized views);
+   ``batch_cap_rows``; the receiver's writer also caps an insert at ``batch_cap_bytes``, 16 MiB:
+   under load its batches grow to the caps, amortising the store's fixed per-insert cost of
+   ~0.1-0.2 CPU-s: part creation, planning five materialized views);
 3. **naive baseline**: a per-span Python loop over the parsed spans building exporter rows
    (hex ids, stringified attributes) and inserting them with ``Store.insert`` in batches of
    10,240 rows;
@@ -58,8 +59,10 @@ of the process running the embedded ClickHouse (the HTTP clients' CPU is exclude
 which is less distorted than wall time when other work shares the machine's cores; and the
 collector's resident memory (idle, peak under load, after; goal: peak <= 700 MB).
 Set ``JE_MALLOC_CONF`` (e.g. empty: ClickHouse's allocator default) to compare the embedded
-engine's allocator settings (:data:`schema.store.EMBEDDED_MALLOC_CONF`); ``--batch-cap-rows`` sets
-the collector's largest insert.
+engine's allocator settings (:data:`schema.store.EMBEDDED_MALLOC_CONF`); ``--batch-cap-rows`` /
+``--batch-cap-bytes`` set the collector's largest insert (``INFERCOST_BATCH_CAP_ROWS`` / ``_BYTES``).
+Sustained load (the writer's batches reach the caps, more parts to merge):
+``--e2e-only --spans 409600 --rounds 1`` (800 requests, ~260 MB of OTLP).
 """
 
 from __future__ import annotations
@@ -480,6 +483,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds of the limit, decode+insert, end to end")
     parser.add_argument("--batch-cap-rows", type=int, default=None,
                         help="the collector's INFERCOST_BATCH_CAP_ROWS for the end-to-end runs (default: its own)")
+    parser.add_argument("--batch-cap-bytes", type=int, default=None,
+                        help="the collector's INFERCOST_BATCH_CAP_BYTES for the end-to-end runs (default: its own)")
     parser.add_argument("--e2e-only", action="store_true",
                         help="only the end-to-end rounds (receiver CPU and memory), no limit / direct / naive runs")
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
@@ -511,7 +516,11 @@ def main() -> None:
                 runs["parse"].append(bench_limit(engine_dir, bodies, flatten=False))
                 runs["limit"].append(bench_limit(engine_dir, bodies))
                 runs["direct"].append(bench_decode_insert(engine_dir, bodies, duplicates=rnd == 0))
-            env = {"INFERCOST_BATCH_CAP_ROWS": str(args.batch_cap_rows)} if args.batch_cap_rows else None
+            env = {}
+            if args.batch_cap_rows:
+                env["INFERCOST_BATCH_CAP_ROWS"] = str(args.batch_cap_rows)
+            if args.batch_cap_bytes:
+                env["INFERCOST_BATCH_CAP_BYTES"] = str(args.batch_cap_bytes)
             runs["e2e"].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight, env))
 
     def med(name: str, k: int) -> float:

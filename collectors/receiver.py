@@ -5,7 +5,7 @@ by the alerts area):
 
 ``ReceiverConfig``
     dataclass of plain values (host, port, ingest_token, max_body_bytes, max_attribute_bytes,
-    batch_max_rows, batch_max_seconds, batch_cap_rows, queue_max_rows, spool_dir,
+    batch_max_rows, batch_max_seconds, batch_cap_rows, batch_cap_bytes, queue_max_rows, spool_dir,
     spool_max_bytes, retry_after_s, drain_timeout_s, retention_days, max_future_skew_s); every
     field documents its default.
 ``Receiver(config, store, sink=None)``
@@ -69,7 +69,7 @@ from collectors.otlp_traces import prepare_traces
 from collectors.otlp_metrics import MetricRows
 from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Spool, SpoolFull
 from collectors.stats import ReceiverCollector, ReceiverStats
-from collectors.writer import BatchWriter
+from collectors.writer import BATCH_CAP_BYTES, BatchWriter
 from schema.redact import redact
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class ReceiverConfig:
     batch_max_rows: int = 5000  # writer inserts when this many rows wait ...
     batch_max_seconds: float = 1.0  # ... or when the oldest has waited this long
     batch_cap_rows: int = 100_000  # largest single insert under load
+    batch_cap_bytes: int = BATCH_CAP_BYTES  # ... and its largest OTLP input, bytes
     queue_max_rows: int = 500_000  # accepted-not-stored rows beyond which the receiver answers 429
     spool_dir: Path = field(default_factory=lambda: Path(".infercost/spool"))
     spool_max_bytes: int = 1024 * 1024 * 1024  # spool full -> 503
@@ -109,7 +110,7 @@ class Receiver:
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
         self.writer = BatchWriter(self.spool, sink if sink is not None else store, self._stats,
                                   batch_max_rows=config.batch_max_rows, batch_max_seconds=config.batch_max_seconds,
-                                  batch_cap_rows=config.batch_cap_rows)
+                                  batch_cap_rows=config.batch_cap_rows, batch_cap_bytes=config.batch_cap_bytes)
         self.health_hooks: list = []  # callables returning '' or a reason /health reports as degraded
         self.on_stop: list = []  # callables run by stop() first (e.g. a disk guard)
         self.retention_days = config.retention_days or 30

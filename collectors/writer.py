@@ -2,10 +2,12 @@
 
 Position: collectors -> schema. One named worker thread (``infercost-writer``) wakes when the
 spool holds ``batch_max_rows`` rows or its oldest record has waited ``batch_max_seconds``, reads
-up to ``batch_cap_rows`` rows of one kind, inserts them in one statement
+up to ``batch_cap_rows`` rows and ``batch_cap_bytes`` bytes of payload (OTLP protobuf) of one kind
+(at least one record), inserts them in one statement
 (:func:`collectors.ingest.insert_trace_payloads` / :func:`~collectors.ingest.insert_metric_rows`)
-and commits the spool cursor. Under load the batches grow towards the cap, which amortises the
-store's fixed per-insert cost (part creation, view planning).
+and commits the spool cursor. Under load the batches grow towards the caps, which amortises the
+store's fixed per-insert cost (part creation, view planning); the byte cap bounds the embedded
+store's memory for one insert, which grows with the bytes it parses (README: ingest figures).
 
 Every insert carries an ``insert_deduplication_token`` naming the batch's spool range
 (:meth:`collectors.spool.Spool.token_for`), and the batch is remembered in the spool's in-flight
@@ -55,19 +57,23 @@ log = logging.getLogger(__name__)
 # Errors that mean "this data cannot be stored, ever" (as opposed to "not now").
 _POISON = (StorePayloadError, ValueError, DecodeError)
 _REQUEUE_EVERY_S = 2.0
+# default byte cap of one insert: ~26k vLLM spans (644 B each); sustained load peaks <= 700 MB (README)
+BATCH_CAP_BYTES = 16 * 1024 * 1024
 
 
 class BatchWriter:
     """Moves spooled records into the store (see module doc). ``start``/``stop`` are idempotent."""
 
     def __init__(self, spool: Spool, sink, stats: ReceiverStats, *, batch_max_rows: int = 5000,
-                 batch_max_seconds: float = 1.0, batch_cap_rows: int = 100_000):
+                 batch_max_seconds: float = 1.0, batch_cap_rows: int = 100_000,
+                 batch_cap_bytes: int = BATCH_CAP_BYTES):
         self.spool = spool
         self.sink = sink
         self.stats = stats
         self.batch_max_rows = batch_max_rows
         self.batch_max_seconds = batch_max_seconds
         self.batch_cap_rows = max(batch_cap_rows, batch_max_rows)
+        self.batch_cap_bytes = batch_cap_bytes
         self.quarantine = Quarantine(Path(spool.directory))
         self._wake = threading.Condition()
         self._stopping = False
@@ -84,7 +90,8 @@ class BatchWriter:
             self.stats.quarantine_rows, self.stats.quarantine_records = self.quarantine.count()
             inflight = self.spool.inflight()
             if inflight is not None:
-                batch = self.spool.read(self.batch_cap_rows * 4, until=inflight[1])
+                batch = self.spool.read(self.batch_cap_rows * 4, max(self.batch_cap_bytes * 4, 256 * 1024 * 1024),
+                                        until=inflight[1])
                 if batch and batch[-1].end == inflight[1][1] and batch[-1].segment == inflight[1][0]:
                     self._retry = batch  # the batch a crash interrupted: same range, same token
                     log.info("replaying the interrupted batch of %d records first", len(batch))
@@ -179,7 +186,7 @@ class BatchWriter:
             batch = self._retry
             if batch is None:
                 try:
-                    batch = self.spool.read(self.batch_cap_rows)
+                    batch = self.spool.read(self.batch_cap_rows, self.batch_cap_bytes)
                 except OSError:
                     log.exception("cannot read the spool; retrying")
                     time.sleep(1.0)

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     batch_cap_rows: int = Field(100_000, ge=1, description="Largest single insert of the receiver's writer, rows "
                                                            "(spans): under load its batches grow to it; the "
                                                            "embedded store's memory peak grows with it.")
+    batch_cap_bytes: int = Field(16 * 1024 * 1024, ge=1, description="Largest single insert of the receiver's "
+                                 "writer, bytes of OTLP protobuf payload (~26k vLLM spans): the embedded store's "
+                                 "memory for one insert grows with the bytes it parses; a larger cap costs less "
+                                 "CPU per span and more memory (README: ingest figures).")
     queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")
     spool_max_bytes: int = Field(1024 * 1024 * 1024, ge=0, description="On-disk spool cap (store down); beyond it: 503.")
     min_free_disk_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Embedded store: below this much free disk the cost jobs pause (a refresh on a full disk can break a table definition).")

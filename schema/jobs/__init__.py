@@ -340,7 +340,7 @@ class LateRecompute:
                 if rolled:
                     log.info("rolled up the hours %s .. %s", *rolled)
             except Exception:  # noqa: BLE001 - keep the loop alive; the minutes stay pending
-                log.exception("recomputing late minutes failed")
+                log.exception("recomputing late minutes or rolling up hours failed")
 
     def stop(self) -> None:
         self._stop.set()

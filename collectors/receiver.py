@@ -91,7 +91,7 @@ class ReceiverConfig:
     batch_max_seconds: float = 1.0  # ... or when the oldest has waited this long
     batch_cap_rows: int = 100_000  # largest single insert under load
     batch_cap_bytes: int = BATCH_CAP_BYTES  # ... and its largest OTLP input, bytes
-    inserts_in_flight: int = 2  # inserts run side by side (the sink's clone() gives the extra clients)
+    inserts_in_flight: int = 1  # inserts run side by side under sustained load (2: both cores, ~+100 MB peak)
     queue_max_rows: int = 500_000  # accepted-not-stored rows beyond which the receiver answers 429
     spool_dir: Path = field(default_factory=lambda: Path(".infercost/spool"))
     spool_max_bytes: int = 1024 * 1024 * 1024  # spool full -> 503

@@ -9,7 +9,7 @@ and commits the spool cursor. Under load the batches grow towards the caps, whic
 store's fixed per-insert cost (part creation, view planning); the byte cap bounds the embedded
 store's memory for one insert, which grows with the bytes it parses (README: ingest figures).
 
-Inserts in flight (``inserts_in_flight``, default 1; the receiver runs 2): ClickHouse parses one
+Inserts in flight (``inserts_in_flight``, default 1, ``INFERCOST_INSERTS_IN_FLIGHT``): ClickHouse parses one
 insert on one core, so with N > 1 the writer reads up to N times the caps and, when that is more
 than one insert's caps (the spool has filled while the last insert ran: sustained load), splits the
 batch into consecutive parts of about equal bytes, each within the caps, inserted side by side

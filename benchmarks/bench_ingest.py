@@ -60,7 +60,11 @@ which is less distorted than wall time when other work shares the machine's core
 collector's resident memory (idle, peak under load, after; goal: peak <= 700 MB).
 Set ``JE_MALLOC_CONF`` (e.g. empty: ClickHouse's allocator default) to compare the embedded
 engine's allocator settings (:data:`schema.store.EMBEDDED_MALLOC_CONF`); ``--batch-cap-rows`` /
-``--batch-cap-bytes`` set the collector's largest insert (``INFERCOST_BATCH_CAP_ROWS`` / ``_BYTES``).
+``--batch-cap-bytes`` set the collector's largest insert (``INFERCOST_BATCH_CAP_ROWS`` / ``_BYTES``);
+``--inserts-in-flight 1,2`` runs the end-to-end round once per value (``INFERCOST_INSERTS_IN_FLIGHT``:
+inserts the writer runs side by side), alternating their order from round to round;
+``--drain [--inserts-in-flight 1,2]`` times the batching writer alone emptying a spool that holds
+every body (sustained load: every batch at the caps) — :func:`bench_drain`.
 Sustained load (the writer's batches reach the caps, more parts to merge):
 ``--e2e-only --spans 409600 --rounds 1`` (800 requests, ~260 MB of OTLP).
 """
@@ -431,6 +435,72 @@ def bench_dedup_cost(engine_dir: str, reps: int, per_insert_requests: int = 20) 
     print(f"    ratio after/before: {med['after'] / med['before']:.2f}")
 
 
+def bench_drain(engine_dir: str, bodies: list[bytes], in_flight: list[str], rounds: int) -> None:
+    """``--drain``: the batching writer alone, emptying a spool that holds every body (a backlog after
+    a store outage, or sustained load: every batch reaches the caps). Per round and per value of
+    ``inserts_in_flight`` (order alternated): a fresh database on this engine, cost jobs stopped, the
+    bodies spooled as the receiver spools them (validated, span ids kept), then timed from the
+    writer's start until the spool is empty. Prints wall spans/s, CPU-s per 100k spans of this process
+    (the embedded engine included, merges too) and its peak RSS growth during the drain (sampled
+    every 20 ms); medians over rounds. A value ``N@M`` runs N inserts in flight with a byte cap of M MiB
+    per insert (default: the writer's 16 MiB), e.g. ``2@8`` keeps the bytes in flight of ``1``."""
+    from collectors.otlp_traces import prepare_traces
+    from collectors.spool import KIND_TRACES, Spool
+    from collectors.stats import ReceiverStats
+    from collectors.writer import BATCH_CAP_BYTES, BatchWriter
+    from schema import jobs
+
+    prepared = [prepare_traces(b) for b in bodies]
+    spans = sum(p.accepted for p in prepared)
+    results: dict[str, list[tuple[float, float, float]]] = {n: [] for n in in_flight}
+
+    def rss() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+
+    for rnd in range(rounds):
+        for key in (in_flight if rnd % 2 == 0 else list(reversed(in_flight))):
+            n, _, cap_mib = key.partition("@")
+            n, cap = int(n), int(float(cap_mib) * 1024 * 1024) if cap_mib else BATCH_CAP_BYTES
+            store = fresh_store(engine_dir, f"bench_drain_{rnd}_{n}")
+            jobs.stop(store)
+            spool = Spool(tempfile.mkdtemp(prefix="spool-", dir=engine_dir), max_bytes=4 << 30)
+            for p in prepared:
+                spool.append(KIND_TRACES, p.payload, p.accepted, p.newest_ns, p.span_ids)
+            stats = ReceiverStats()
+            writer = BatchWriter(spool, store, stats, batch_max_seconds=0.01, inserts_in_flight=n, batch_cap_bytes=cap)
+            base, peak, stop = rss(), [0], threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    peak[0] = max(peak[0], rss())
+                    stop.wait(0.02)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            cpu0, started = time.process_time(), time.perf_counter()
+            writer.start()
+            assert writer.flush(600)
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+            stop.set()
+            sampler.join()
+            writer.stop(1)
+            spool.close()
+            stored = store.scalar("SELECT count() FROM otel_traces", tag="bench.count")
+            assert stored == spans == stats.stored, (stored, spans, stats.stored)
+            store.command(f"DROP DATABASE bench_drain_{rnd}_{n} SYNC", tag="bench.drop")
+            store.close()
+            results[key].append((spans / elapsed, cpu * 100_000 / spans, (peak[0] - base) / MB))
+            print(f"  drain, {n} insert(s) in flight, cap {cap / 2**20:g} MiB: {spans} spans in {elapsed:.2f} s wall, {cpu:.2f} CPU-s, "
+                  f"{stats.inserts} inserts, RSS +{(peak[0] - base) / MB:,.0f} MB at peak", flush=True)
+    print(f"medians of {rounds} rounds; load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    first = sorted(r[0] for r in results[in_flight[0]])[rounds // 2]
+    for n, rows in results.items():
+        rate, cpu, grow = (sorted(r[k] for r in rows)[rounds // 2] for k in range(3))
+        print(f"  {n} in flight (N@MiB): {rate:,.0f} spans/s ({rate / first:.2f}x of {in_flight[0]}), "
+              f"{cpu:.2f} CPU-s per 100k spans, RSS +{grow:,.0f} MB at peak")
+
+
 def bench_breakdown(engine_dir: str, reps: int) -> None:
     from collectors.ingest import insert_trace_payloads
     from schema import jobs
@@ -485,8 +555,13 @@ def main() -> None:
                         help="the collector's INFERCOST_BATCH_CAP_ROWS for the end-to-end runs (default: its own)")
     parser.add_argument("--batch-cap-bytes", type=int, default=None,
                         help="the collector's INFERCOST_BATCH_CAP_BYTES for the end-to-end runs (default: its own)")
+    parser.add_argument("--inserts-in-flight", default="",
+                        help="comma-separated INFERCOST_INSERTS_IN_FLIGHT values: one end-to-end run per value in "
+                             "each round, alternated (e.g. 1,2 compares one insert at a time with two side by side)")
     parser.add_argument("--e2e-only", action="store_true",
                         help="only the end-to-end rounds (receiver CPU and memory), no limit / direct / naive runs")
+    parser.add_argument("--drain", action="store_true",
+                        help="only the writer draining a full spool, per --inserts-in-flight value (default 1,2)")
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
     parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
@@ -504,10 +579,17 @@ def main() -> None:
     n_requests = max(1, args.spans // SPANS_PER_REQUEST)
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)
     bodies = make_requests(n_requests)
+    if args.drain:
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
+            bench_drain(engine_dir, bodies, (args.inserts_in_flight or "1,2").split(","), args.rounds)
+        return
     naive_bodies = bodies[: max(1, args.naive_spans // SPANS_PER_REQUEST)]
     print(f"{os.cpu_count()} CPUs; body {len(bodies[0])} bytes ({len(bodies[0]) / SPANS_PER_REQUEST:.0f} B/span); "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    runs: dict[str, list[tuple[float, float]]] = {"parse": [], "limit": [], "direct": [], "e2e": []}
+    in_flight = [int(x) for x in args.inserts_in_flight.split(",") if x.strip()]
+    e2e_keys = [f"e2e:{n}" for n in in_flight] or ["e2e"]
+    runs: dict[str, list[tuple[float, float]]] = {"parse": [], "limit": [], "direct": [], **{k: [] for k in e2e_keys}}
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
         naive = None if args.e2e_only else bench_naive(engine_dir, naive_bodies)
         for rnd in range(args.rounds):
@@ -521,7 +603,12 @@ def main() -> None:
                 env["INFERCOST_BATCH_CAP_ROWS"] = str(args.batch_cap_rows)
             if args.batch_cap_bytes:
                 env["INFERCOST_BATCH_CAP_BYTES"] = str(args.batch_cap_bytes)
-            runs["e2e"].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight, env))
+            order = e2e_keys if rnd % 2 == 0 else list(reversed(e2e_keys))
+            for key in order:
+                if key != "e2e":
+                    env["INFERCOST_INSERTS_IN_FLIGHT"] = key.split(":")[1]
+                    print(f"  ({key.split(':')[1]} insert(s) in flight)", flush=True)
+                runs[key].append(bench_end_to_end(engine_dir, bodies, args.clients, args.in_flight, env))
 
     def med(name: str, k: int) -> float:
         values = sorted(r[k] for r in runs[name])
@@ -530,9 +617,11 @@ def main() -> None:
     print()
     print(f"medians of {args.rounds} alternating rounds; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"receiver process RSS: idle {med('e2e', 2) / MB:,.0f} MB, peak under load {med('e2e', 3) / MB:,.0f} MB "
-          f"(max of rounds {max(r[3] for r in runs['e2e']) / MB:,.0f} MB), 5 s after {med('e2e', 4) / MB:,.0f} MB "
-          f"(goal: peak <= 700 MB); end to end {med('e2e', 0):,.0f} spans/s, {med('e2e', 1):.2f} CPU-s per 100k spans")
+    for key in e2e_keys:
+        label = f" ({key.split(':')[1]} insert(s) in flight)" if key != "e2e" else ""
+        print(f"receiver process RSS{label}: idle {med(key, 2) / MB:,.0f} MB, peak under load {med(key, 3) / MB:,.0f} MB "
+              f"(max of rounds {max(r[3] for r in runs[key]) / MB:,.0f} MB), 5 s after {med(key, 4) / MB:,.0f} MB "
+              f"(goal: peak <= 700 MB); end to end {med(key, 0):,.0f} spans/s, {med(key, 1):.2f} CPU-s per 100k spans")
     if args.e2e_only:
         return
     limit, limit_cpu = med("limit", 0), med("limit", 1)
@@ -541,13 +630,16 @@ def main() -> None:
             ("ClickHouse parse only", med("parse", 0), med("parse", 1)),
             ("ClickHouse parse + flatten (limit)", limit, limit_cpu),
             ("decode + insert (ClickHouse decodes)", med("direct", 0), med("direct", 1)),
-            ("end to end over OTLP/HTTP", med("e2e", 0), med("e2e", 1))]
+            *[("end to end over OTLP/HTTP" + (f", {k.split(':')[1]} in flight" if k != "e2e" else ""),
+               med(k, 0), med(k, 1)) for k in e2e_keys]]
     for label, rate, cpu in rows:
         cpu_text = f"{cpu:10.2f}" if cpu is not None else f"{'':10s}"
         ratio_cpu = f"{limit_cpu / cpu:13.2f}" if cpu is not None else f"{'':13s}"
         print(f"{label:38s} {rate:10,.0f}  {cpu_text}  {rate / limit:14.2f}  {ratio_cpu}")
-    print(f"end to end / parse + flatten: {med('e2e', 0) / limit:.2f}x wall, {limit_cpu / med('e2e', 1):.2f}x per CPU-s "
-          f"(goal >= 0.8x); {med('e2e', 0) / naive:.1f}x the naive loop")
+    for key in e2e_keys:
+        label = f" ({key.split(':')[1]} in flight)" if key != "e2e" else ""
+        print(f"end to end{label} / parse + flatten: {med(key, 0) / limit:.2f}x wall, {limit_cpu / med(key, 1):.2f}x "
+              f"per CPU-s (goal >= 0.8x); {med(key, 0) / naive:.1f}x the naive loop")
 
 if __name__ == "__main__":
     main()

@@ -58,6 +58,7 @@ class PreparedTraces:
     message: str
     newest_ns: int = 0
     truncated: int = 0  # attribute keys/values cut to the size limit, values cut to one nesting level
+    span_ids: bytes = b""  # the accepted spans' 8-byte span ids, concatenated (the writer's split check)
 
 
 class _Rejections:
@@ -99,8 +100,8 @@ def span_problem(span) -> str:
 
 
 def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
-              walk_above: int, bounds: common.TimeBounds | None) -> tuple[int, int, bool, list]:
-    """Drop invalid spans from ``request`` in place.
+              walk_above: int, bounds: common.TimeBounds | None, ids: list[bytes]) -> tuple[int, int, bool, list]:
+    """Drop invalid spans from ``request`` in place; append each accepted span's id to ``ids``.
 
     Returns (accepted, newest_ns, changed, big) where ``big`` lists the messages (resources and
     spans) whose serialized size exceeds ``walk_above`` bytes: only they can hold an oversized
@@ -131,6 +132,7 @@ def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
                         bad.append(sp_i)
                         continue
                 accepted += 1
+                ids.append(span.span_id)
                 if span.end_time_unix_nano > newest:
                     newest = span.end_time_unix_nano
                 if span.ByteSize() > walk_above:
@@ -297,7 +299,8 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
             raw = _lenient_filter(raw, rejections, truncations)
             request.ParseFromString(raw)
     walk_above = min(max_attribute_bytes, common.MAX_ATTRIBUTE_KEY_BYTES)
-    accepted, newest, changed, big = _validate(request, rejections, walk_above, bounds)
+    ids: list[bytes] = []
+    accepted, newest, changed, big = _validate(request, rejections, walk_above, bounds, ids)
     for where, message in big:
         if where is not None:  # a resource or a scope
             common.truncate_attributes(message.attributes, max_attribute_bytes, where, truncations)
@@ -322,5 +325,6 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
         messages.append(f"rejected {rejections.count} of {rejections.count + accepted} spans; " + "; ".join(parts))
     if truncations.count:
         messages.append(truncations.message(max_attribute_bytes))
-    return PreparedTraces(payload, accepted, rejections.count, "; ".join(messages), newest, truncations.count)
+    return PreparedTraces(payload, accepted, rejections.count, "; ".join(messages), newest, truncations.count,
+                          b"".join(ids))
 

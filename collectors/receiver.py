@@ -91,6 +91,7 @@ class ReceiverConfig:
     batch_max_seconds: float = 1.0  # ... or when the oldest has waited this long
     batch_cap_rows: int = 100_000  # largest single insert under load
     batch_cap_bytes: int = BATCH_CAP_BYTES  # ... and its largest OTLP input, bytes
+    inserts_in_flight: int = 1  # inserts run side by side under sustained load (2: both cores, ~+100 MB peak)
     queue_max_rows: int = 500_000  # accepted-not-stored rows beyond which the receiver answers 429
     spool_dir: Path = field(default_factory=lambda: Path(".infercost/spool"))
     spool_max_bytes: int = 1024 * 1024 * 1024  # spool full -> 503
@@ -110,7 +111,8 @@ class Receiver:
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
         self.writer = BatchWriter(self.spool, sink if sink is not None else store, self._stats,
                                   batch_max_rows=config.batch_max_rows, batch_max_seconds=config.batch_max_seconds,
-                                  batch_cap_rows=config.batch_cap_rows, batch_cap_bytes=config.batch_cap_bytes)
+                                  batch_cap_rows=config.batch_cap_rows, batch_cap_bytes=config.batch_cap_bytes,
+                                  inserts_in_flight=config.inserts_in_flight)
         self.health_hooks: list = []  # callables returning '' or a reason /health reports as degraded
         self.on_stop: list = []  # callables run by stop() first (e.g. a disk guard)
         self.retention_days = config.retention_days or 30
@@ -233,9 +235,10 @@ class Receiver:
                          f"(limit {self.config.queue_max_rows}); retry later")
         return None
 
-    def _spool(self, kind: int, payload: bytes, rows: int, newest_ns: int) -> tuple[int, str] | None:
+    def _spool(self, kind: int, payload: bytes, rows: int, newest_ns: int,
+               span_ids: bytes | None = None) -> tuple[int, str] | None:
         try:
-            self.spool.append(kind, payload, rows, newest_ns)
+            self.spool.append(kind, payload, rows, newest_ns, span_ids)
         except SpoolFull as exc:
             why = f"store unavailable ({self._stats.store_reason}) and " if not self._stats.store_available else ""
             return 503, f"{why}spool full ({exc}); retry later"
@@ -317,7 +320,7 @@ def create_app(receiver: Receiver) -> Starlette:
             if refused is None:
                 kind = KIND_TRACES if signal == "traces" else KIND_METRICS
                 refused = await run_in_threadpool(receiver._spool, kind, prepared.payload, prepared.accepted,
-                                                  prepared.newest_ns)
+                                                  prepared.newest_ns, getattr(prepared, "span_ids", None))
             if refused is not None:
                 status, message = refused
                 if signal == "traces":

@@ -15,9 +15,10 @@ Layout of ``<dir>``:
   cannot be written — disk full — the cursor stays in memory and is written with the next commit,
   and a restart in between replays a little more, which the store de-duplicates);
 * ``id``: this spool's random id (part of the writer's insert-deduplication tokens);
-* ``inflight``: a fixed-size, pre-allocated marker of the batch being inserted (rewritten in place,
-  so it never needs new disk space) — after a crash the writer replays exactly that batch with the
-  same token first;
+* ``inflight``: a fixed-size, pre-allocated marker of the batch being inserted and of where the
+  writer split it into inserts run side by side (rewritten in place, so it never needs new disk
+  space) — after a crash the writer replays exactly that batch, split the same way, with the same
+  tokens first;
 * ``lock``: flock'ed while a receiver owns the directory.
 
 A record is a 25-byte header ``<4sIIBIQ`` — magic ``\\xa5IC2``, payload length, CRC-32 (of the
@@ -104,6 +105,7 @@ class Spool:
         self._rotate = False
         self.id = ""
         self._inflight_fd: int | None = None
+        self._keys: dict[tuple[int, int], bytes] = {}  # (segment, start) -> span ids (in memory only)
         self._open()
 
     # --- opening and replay ------------------------------------------------------------------
@@ -264,8 +266,11 @@ class Spool:
             self._segment += 1  # never append after bytes a failed write may have left
         self._start_segment()
 
-    def append(self, kind: int, payload: bytes, rows: int, newest_ns: int = 0) -> None:
+    def append(self, kind: int, payload: bytes, rows: int, newest_ns: int = 0, span_ids: bytes | None = None) -> None:
         """Append one record and return after it is on disk (written whole and fdatasync'ed).
+
+        ``span_ids``: the record's 8-byte span ids, concatenated, kept in memory only until the record
+        is committed (:meth:`span_ids`; not persisted: a record replayed after a restart has none).
 
         Raises SpoolFull when the uncommitted bytes would exceed ``max_bytes``; SpoolWriteError when
         the record could not be made durable (nothing of it counts as accepted).
@@ -290,6 +295,8 @@ class Spool:
                 self._undo(start)
                 raise SpoolWriteError(exc.errno, f"spool write failed: {exc.strerror or exc}") from exc
             self._ends[self._segment] = start + size
+            if span_ids is not None:
+                self._keys[(self._segment, start)] = span_ids
             if not self.pending_records:
                 self.pending_since = time.monotonic()
             self.pending_rows += rows
@@ -363,6 +370,10 @@ class Spool:
             segment, offset = min(later), 0
         return out
 
+    def span_ids(self, record: Record) -> bytes | None:
+        """The span ids given to :meth:`append` for ``record`` (None when unknown: replayed, metrics)."""
+        return self._keys.get((record.segment, record.start))
+
     def commit(self, batch: list[Record]) -> None:
         """Mark ``batch`` (a list returned by :meth:`read`, now stored) as done; drop finished segments.
 
@@ -379,6 +390,8 @@ class Spool:
             if self.pending_records <= 0:
                 self.pending_rows = self.pending_records = self.pending_bytes = 0
             self._cursor = (last.segment, last.end)
+            for record in batch:
+                self._keys.pop((record.segment, record.start), None)
             finished = [s for s in self._ends if s < last.segment]
             self.pending_since = time.monotonic() if self.pending_records else 0.0
         self._write_cursor()
@@ -415,35 +428,54 @@ class Spool:
         first, last = batch[0], batch[-1]
         return f"infercost:{self.id}:{first.segment}:{first.start}-{last.segment}:{last.end}"
 
-    def mark_inflight(self, batch: list[Record]) -> None:
+    def mark_inflight(self, batch: list[Record], parts: list[list[Record]] | None = None) -> None:
         """Remember ``batch`` (its range) as being inserted, before the insert (best effort, no fsync:
-        a process crash keeps the page; only a power loss can lose it)."""
+        a process crash keeps the page; only a power loss can lose it). ``parts``: how the writer
+        split the batch into inserts run side by side (consecutive slices of ``batch``); their
+        starts are kept too, so a replay after a crash repeats the very same inserts (same tokens)."""
         if self._inflight_fd is None or not batch:
             return
         first, last = batch[0], batch[-1]
         body = f"{first.segment} {first.start} {last.segment} {last.end}"
-        line = f"{body} {zlib.crc32(body.encode())}\n".encode().ljust(_INFLIGHT_BYTES, b" ")
+        for part in (parts or [])[1:]:
+            body += f" {part[0].segment} {part[0].start}"
+        line = f"{body} {zlib.crc32(body.encode())}\n".encode()
+        if len(line) > _INFLIGHT_BYTES:
+            raise ValueError(f"in-flight marker of {len(line)} bytes exceeds {_INFLIGHT_BYTES}: too many parts")
         try:
-            os.pwrite(self._inflight_fd, line, 0)
+            os.pwrite(self._inflight_fd, line.ljust(_INFLIGHT_BYTES, b" "), 0)
         except OSError as exc:
             log.debug("in-flight marker not written: %s", exc)
+
+    def _marker(self) -> tuple[tuple[int, int], tuple[int, int], list[tuple[int, int]]] | None:
+        if self._inflight_fd is None:
+            return None
+        try:
+            numbers = [int(x) for x in os.pread(self._inflight_fd, _INFLIGHT_BYTES, 0).decode().split()]
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        body, crc = numbers[:-1], numbers[-1] if numbers else None
+        if len(body) < 4 or len(body) % 2 or zlib.crc32(" ".join(map(str, body)).encode()) != crc:
+            return None
+        splits = [(body[i], body[i + 1]) for i in range(4, len(body), 2)]
+        return (body[0], body[1]), (body[2], body[3]), splits
 
     def inflight(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
         """((segment, start), (segment, end)) of the batch marked in flight, if it starts at the
         cursor (i.e. it was not committed), else None."""
-        if self._inflight_fd is None:
-            return None
-        try:
-            parts = os.pread(self._inflight_fd, _INFLIGHT_BYTES, 0).decode().split()
-            s_seg, s_off, e_seg, e_off, crc = (int(x) for x in parts[:5])
-        except (OSError, ValueError, UnicodeDecodeError):
-            return None
-        if zlib.crc32(f"{s_seg} {s_off} {e_seg} {e_off}".encode()) != crc:
+        marker = self._marker()
+        if marker is None:
             return None
         cursor = self._cursor if self._cursor[1] >= len(FILE_MAGIC) else (self._cursor[0], len(FILE_MAGIC))
-        if (s_seg, s_off) != cursor:
+        if marker[0] != cursor:
             return None
-        return (s_seg, s_off), (e_seg, e_off)
+        return marker[0], marker[1]
+
+    def inflight_splits(self) -> list[tuple[int, int]]:
+        """(segment, start) of each part but the first of the batch marked in flight (see
+        :meth:`mark_inflight`); [] when it was inserted as one part or no marker is readable."""
+        marker = self._marker()
+        return marker[2] if marker is not None else []
 
     def close(self) -> None:
         """Sync and close the current segment, release the directory (idempotent)."""

@@ -69,6 +69,10 @@ class GatedSink:
         self._check()
         return self.store.insert(*args, **kwargs)
 
+    def clone(self):
+        # the writer's extra clients (inserts in flight) go through the same gate
+        return GatedSink(self.store.clone(), self.gate)
+
     def __getattr__(self, name):
         return getattr(self.store, name)
 

@@ -34,14 +34,6 @@ def unix(seconds: float) -> float:
     return at(seconds).timestamp()
 
 
-def create_0064_views(store) -> None:
-    """0064's definitions of the replaced views, as ``<name>_0064``."""
-    for statement in sql_statements(MIGRATIONS_DIR / "0064_create_cost_jobs_v2.sql"):
-        for view in REPLACED:
-            if statement.startswith(f"CREATE OR REPLACE VIEW {view} AS"):
-                store.command(statement.replace(f"VIEW {view} AS", f"VIEW {view}_0064 AS", 1), tag="test.views")
-
-
 def scenario(store) -> None:
     # r3: reserved, billed every minute; its one scrape failed
     sync(store, fleet_yaml(w_prefill=0.25, replicas=("r1", "r2")).replace(
@@ -105,7 +97,7 @@ def assert_same_rows(new, old, what: str) -> None:
 @pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
 def test_replanned_views_give_0064s_rows(cstore, lo, hi):
     scenario(cstore)
-    create_0064_views(cstore)
+    create_views(cstore, "0064_create_cost_jobs_v2.sql", REPLACED, "_0064", {})
     jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs, which job_tasks reads
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     window = "ws = {ws:DateTime}, we = {we:DateTime}"

@@ -1,4 +1,4 @@
-"""Migration 0180 re-plans four cost-job views (issue 18, item 4): their rows must be 0064's.
+"""Migrations 0180 and 0240 re-plan the cost-job views (issue 18, item 4): their rows must be the old ones.
 
 The views 0180 replaces (``job_resolved_calls``, ``job_reconciliation``, ``job_replica_spend``,
 ``job_tasks``) are
@@ -34,14 +34,6 @@ def unix(seconds: float) -> float:
     return at(seconds).timestamp()
 
 
-def create_0064_views(store) -> None:
-    """0064's definitions of the replaced views, as ``<name>_0064``."""
-    for statement in sql_statements(MIGRATIONS_DIR / "0064_create_cost_jobs_v2.sql"):
-        for view in REPLACED:
-            if statement.startswith(f"CREATE OR REPLACE VIEW {view} AS"):
-                store.command(statement.replace(f"VIEW {view} AS", f"VIEW {view}_0064 AS", 1), tag="test.views")
-
-
 def scenario(store) -> None:
     # r3: reserved, billed every minute; its one scrape failed
     sync(store, fleet_yaml(w_prefill=0.25, replicas=("r1", "r2")).replace(
@@ -71,6 +63,19 @@ def scenario(store) -> None:
     sp.flush(store)
 
 
+def fill_scratch(store, params: dict) -> None:
+    """The run's counters, gauges and resolved calls into their scratch tables (run_inputs.sql,
+    run_resolve.sql)."""
+    for name in ("run_inputs", "run_resolve"):
+        for statement in sql_statements(jobs.JOBS_DIR / f"{name}.sql"):
+            store.command(statement, params, tag="test.views")
+
+
+def drop_scratch(store, params: dict) -> None:
+    for statement in sql_statements(jobs.JOBS_DIR / "drop_scratch.sql"):
+        store.command(statement, params, tag="test.views")
+
+
 def rows(store, sql: str, params: dict, key: list[str]):
     df = store.query_df(sql, params, tag="test.views")
     return df.sort_values(key, kind="stable").reset_index(drop=True)
@@ -92,25 +97,26 @@ def assert_same_rows(new, old, what: str) -> None:
 @pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
 def test_replanned_views_give_0064s_rows(cstore, lo, hi):
     scenario(cstore)
-    create_0064_views(cstore)
+    create_views(cstore, "0064_create_cost_jobs_v2.sql", REPLACED, "_0064", {})
     jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs, which job_tasks reads
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     window = "ws = {ws:DateTime}, we = {we:DateTime}"
     resolved = rows(cstore, f"SELECT * FROM job_resolved_calls({window})", p, ["trace_id", "call_id"])
     assert_same_rows(resolved, rows(cstore, f"SELECT * FROM job_resolved_calls_0064({window})", p,
                                     ["trace_id", "call_id"]), "job_resolved_calls")
-    # the reconciliation reads the run's resolved calls
-    cstore.command(sql_statements(jobs.JOBS_DIR / "run_resolve.sql")[0], p, tag="test.views")
+    # the reconciliation reads the run's counters, gauges and resolved calls (0240), and so does the
+    # spend (0240: by run_id)
+    run = window + ", run_id = {run_id:UInt64}"
+    fill_scratch(cstore, p)
     try:
-        run = window + ", run_id = {run_id:UInt64}"
         rec = rows(cstore, f"SELECT * FROM job_reconciliation({run})", p, ["replica", "minute"])
         assert_same_rows(rec, rows(cstore, f"SELECT * FROM job_reconciliation_0064({run})", p,
                                    ["replica", "minute"]), "job_reconciliation")
+        spend = rows(cstore, f"SELECT * FROM job_replica_spend({run})", p, ["replica", "minute"])
+        assert_same_rows(spend, rows(cstore, f"SELECT * FROM job_replica_spend_0064({window})", p,
+                                     ["replica", "minute"]), "job_replica_spend")
     finally:
-        cstore.command("ALTER TABLE resolved_calls_runs DROP PARTITION {run_id:UInt64}", p, tag="test.views")
-    spend = rows(cstore, f"SELECT * FROM job_replica_spend({window})", p, ["replica", "minute"])
-    assert_same_rows(spend, rows(cstore, f"SELECT * FROM job_replica_spend_0064({window})", p,
-                                 ["replica", "minute"]), "job_replica_spend")
+        drop_scratch(cstore, p)
     tasks = rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks({window})", p, ["task_id"])
     assert_same_rows(tasks, rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks_0064({window})", p,
                                  ["task_id"]), "job_tasks")
@@ -125,3 +131,75 @@ def test_replanned_views_give_0064s_rows(cstore, lo, hi):
         assert ((spend["up_metrics"] == 1) & (spend["up_spans"] == 0)).any()
         assert set(tasks["outcome"]) == {"success", "failure", "abandoned"}
         assert set(tasks.loc[tasks["outcome"] == "abandoned", "has_root"]) == {0}
+
+
+def create_views(store, migration: str, views: tuple[str, ...], suffix: str, renames: dict[str, str]) -> None:
+    """``views`` as defined in ``migration``, created as ``<name><suffix>``, with the views they
+    reference renamed by ``renames`` (so an old definition reads the other old definitions)."""
+    for statement in sql_statements(MIGRATIONS_DIR / migration):
+        for view in views:
+            if statement.startswith(f"CREATE OR REPLACE VIEW {view} AS"):
+                text = statement.replace(f"VIEW {view} AS", f"VIEW {view}{suffix} AS", 1)
+                for old, new in renames.items():
+                    text = text.replace(f"{old}(", f"{new}(")
+                store.command(text, tag="test.views")
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
+def test_materialized_counters_and_gauges_give_0180s_rows(cstore, lo, hi):
+    """0240: the counters and gauges read from the run's scratch tables, and the gauges' one FULL
+    OUTER JOIN, give the rows of the views they replace (0064's gauges and replica_minutes, 0180's
+    reconciliation and spend, which expand the counters and gauges views per reference)."""
+    scenario(cstore)
+    # r2, minute 10: a counter point and no gauge (up by its metrics; the gauges' other-points side)
+    cstore.insert("otel_metrics_sum", [[{"service.instance.id": "r2"}, "vllm:num_preemptions", at(610), at(0), 0.0]],
+                  ("ResourceAttributes", "MetricName", "TimeUnix", "StartTimeUnix", "Value"), tag="test.views")
+    create_views(cstore, "0064_create_cost_jobs_v2.sql", ("job_replica_gauges", "job_replica_minutes"), "_old",
+                 {"job_replica_spend": "job_replica_spend_old", "job_replica_gauges": "job_replica_gauges_old"})
+    create_views(cstore, "0180_plan_cost_job_views_once.sql", ("job_reconciliation", "job_replica_spend"), "_old",
+                 {"job_replica_gauges": "job_replica_gauges_old"})
+    jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs, which the spend and replica_minutes read
+    p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
+    window = "ws = {ws:DateTime}, we = {we:DateTime}"
+    run = window + ", run_id = {run_id:UInt64}"
+    key = ["replica", "minute"]
+    gauges = rows(cstore, f"SELECT * FROM job_replica_gauges({window})", p, key)
+    assert_same_rows(gauges, rows(cstore, f"SELECT * FROM job_replica_gauges_old({window})", p, key),
+                     "job_replica_gauges")
+    fill_scratch(cstore, p)
+    try:
+        # the scratch rows are the views' rows
+        assert_same_rows(rows(cstore, "SELECT * EXCEPT (run_id, written_at) FROM replica_gauges_runs "
+                                      "WHERE run_id = {run_id:UInt64}", p, key), gauges, "replica_gauges_runs")
+        counters = rows(cstore, f"SELECT * FROM job_engine_counters({window})", p, key)
+        assert_same_rows(rows(cstore, "SELECT * EXCEPT (run_id, written_at) FROM engine_counters_runs "
+                                      "WHERE run_id = {run_id:UInt64}", p, key), counters, "engine_counters_runs")
+        rec = rows(cstore, f"SELECT * FROM job_reconciliation({run})", p, key)
+        assert_same_rows(rec, rows(cstore, f"SELECT * FROM job_reconciliation_old({run})", p, key),
+                         "job_reconciliation")
+        spend = rows(cstore, f"SELECT * FROM job_replica_spend({run})", p, key)
+        assert_same_rows(spend, rows(cstore, f"SELECT * FROM job_replica_spend_old({window})", p, key),
+                         "job_replica_spend")
+        # replica_minutes reads the run's reconciliation too
+        cstore.command(sql_statements(jobs.JOBS_DIR / "run_reconcile.sql")[0], p, tag="test.views")
+        minutes = rows(cstore, f"SELECT * EXCEPT computed_at FROM job_replica_minutes({run})", p, key)
+        assert_same_rows(minutes, rows(cstore, f"SELECT * EXCEPT computed_at FROM job_replica_minutes_old({run})",
+                                       p, key), "job_replica_minutes")
+    finally:
+        drop_scratch(cstore, p)
+    if (lo, hi) == (0, 1200):
+        # every path: gauge minutes with and without other points, a failed scrape (up_metrics 0),
+        # counters with hit rates, minutes with counters and no span and the reverse, gap work,
+        # a reserved replica never up, minutes up by metrics only
+        assert (gauges["up_metrics"] == 0).any() and (gauges["up_metrics"] == 1).any()
+        other_only = gauges[(gauges["replica"] == "r2") & (gauges["minute"] == at(600))]
+        assert len(other_only) == 1 and other_only["queue_waiting_avg"].isna().all()
+        assert set(other_only["up_metrics"]) == {1}
+        assert gauges["queue_waiting_avg"].isna().any() and gauges["queue_waiting_avg"].notna().any()
+        assert counters["hit_rate"].notna().any()
+        assert ((rec["span_work"] == 0) & rec["counter_prompt_tokens"].notna()).any()
+        assert ((rec["span_work"] > 0) & rec["counter_prompt_tokens"].isna()).any()
+        assert (rec["gap_work"] > 0).any()
+        assert set(spend.loc[spend["replica"] == "r3", "up"]) == {0} and (spend["replica"] == "r3").sum() == 20
+        assert ((spend["up_metrics"] == 1) & (spend["up_spans"] == 0)).any()
+        assert (minutes["allocated_usd"] > 0).any() and minutes["counted_tokens"].notna().any()

@@ -25,18 +25,20 @@ def _chunks(n: int) -> list[Chunk]:
 
 def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
     deps = {t.key: set(t.deps) for t in plan(_chunks(4))}
-    # cost of a chunk: its resolution and delete, and the previous chunk's replica_minutes
+    # the reconciliation after the chunk's counters, gauges and resolved calls, which run side by side
+    assert deps[("reconcile", 2)] == {("inputs", 2), ("resolve", 2)}
+    # cost of a chunk: its reconciliation and delete, and the previous chunk's replica_minutes
     # (learned capacity reads the history before the chunk)
-    assert deps[("cost", 0)] == {("resolve", 0), ("delete", 0)}
-    assert deps[("cost", 2)] == {("resolve", 2), ("delete", 2), ("replica_minutes", 1)}
+    assert deps[("cost", 0)] == {("reconcile", 0), ("delete", 0)}
+    assert deps[("cost", 2)] == {("reconcile", 2), ("delete", 2), ("replica_minutes", 1)}
     assert deps[("replica_minutes", 2)] == {("cost", 2)}
     assert deps[("tasks", 2)] == {("cost", 2), ("tasks", 1)}
     # the hourly rollups after the chunk's rows, and after the previous chunk's rollup (a shared hour)
     assert deps[("rollup", 0)] == {("replica_minutes", 0), ("tasks", 0)}
     assert deps[("rollup", 2)] == {("replica_minutes", 2), ("tasks", 2), ("rollup", 1)}
     # resolution and delete run at most AHEAD (2) chunks ahead of the chain
-    assert deps[("resolve", 1)] == deps[("delete", 1)] == set()
-    assert deps[("resolve", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}
+    assert deps[("resolve", 1)] == deps[("inputs", 1)] == deps[("delete", 1)] == set()
+    assert deps[("resolve", 3)] == deps[("inputs", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}
 
 
 class _Client:
@@ -152,3 +154,5 @@ def test_two_workers_write_what_one_worker_writes_after_a_weight_change(store):
     # no scratch rows left behind
     assert store.scalar("SELECT count() FROM resolved_calls_runs", tag="test.read") == 0
     assert store.scalar("SELECT count() FROM reconciliation_runs", tag="test.read") == 0
+    assert store.scalar("SELECT count() FROM engine_counters_runs", tag="test.read") == 0
+    assert store.scalar("SELECT count() FROM replica_gauges_runs", tag="test.read") == 0

@@ -40,7 +40,8 @@ JOBS_DIR = Path(__file__).parent
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
-    "cost_clock_mv", "cost_resolved_calls_mv", "cost_reconciliation_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
+    "cost_clock_mv", "cost_resolved_calls_mv", "cost_engine_counters_mv", "cost_replica_gauges_mv",
+    "cost_reconciliation_mv", "cost_call_costs_mv", "cost_replica_minutes_mv", "cost_tasks_mv",
 )
 # A day per statement keeps each embedded call short and its memory bounded (by a day's calls).
 DEFAULT_CHUNK = timedelta(days=1)

@@ -1,3 +1,5 @@
--- After an explicit run's chunk: drop its scratch rows (one partition per run_id, migration 0110).
+-- After an explicit run's chunk: drop its scratch rows (one partition per run_id, migrations 0110, 0240).
 ALTER TABLE resolved_calls_runs DROP PARTITION {run_id:UInt64};
 ALTER TABLE reconciliation_runs DROP PARTITION {run_id:UInt64};
+ALTER TABLE engine_counters_runs DROP PARTITION {run_id:UInt64};
+ALTER TABLE replica_gauges_runs DROP PARTITION {run_id:UInt64};

@@ -3,10 +3,14 @@
 Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
 :func:`schema.jobs.run_jobs` only.
 
-A chunk ``[ws, we)`` of an explicit run is six tasks (the ``.sql`` files they run):
+A chunk ``[ws, we)`` of an explicit run is eight tasks (the ``.sql`` files they run):
 
-* ``resolve`` (``run_resolve``): the chunk's calls into ``resolved_calls_runs``, reconciled with
-  the engine counters into ``reconciliation_runs``. Reads raw telemetry only.
+* ``inputs`` (``run_inputs``): the chunk's engine counters and gauges into
+  ``engine_counters_runs`` / ``replica_gauges_runs`` (migration 0240). Reads raw telemetry only.
+* ``resolve`` (``run_resolve``): the chunk's calls into ``resolved_calls_runs``. Reads raw
+  telemetry only, so it runs beside ``inputs``.
+* ``reconcile`` (``run_reconcile``): the resolved calls reconciled with the counters into
+  ``reconciliation_runs``, after ``inputs`` and ``resolve``.
 * ``delete`` (``delete_*``): drop the chunk's ``*_history`` rows (patch parts, migration 0110).
 * ``cost`` (``run_call_costs``, ``advance_watermark``): ``call_costs_history`` of the chunk, then
   the watermark to ``we``. Its learned capacity reads ``replica_minutes_history`` of the 7 days
@@ -19,11 +23,12 @@ A chunk ``[ws, we)`` of an explicit run is six tasks (the ``.sql`` files they ru
   0170), after its ``replica_minutes`` and ``tasks`` and the previous chunk's ``rollup`` (an hour
   two chunks share is written last by the later one, after both chunks' rows).
 
-So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``resolve``/``delete``
-of later chunks and ``tasks`` run beside it. No task reads rows a task running beside it writes:
-the result is the one a single worker gets in chunk order. ``resolve``/``delete`` run at most
-:data:`AHEAD` chunks ahead of the chain, which bounds the scratch rows and the time readers see
-a chunk without history rows.
+So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``inputs``/``resolve``/
+``reconcile``/``delete`` of later chunks and ``tasks`` run beside it. No task reads rows a task
+running beside it writes: the result is the one a single worker gets in chunk order.
+``inputs``/``resolve``/``delete`` run at most :data:`AHEAD` chunks ahead of the chain, which bounds
+the scratch rows (memory and disk: a day of calls each) and the time readers see a chunk without
+history rows.
 """
 
 from __future__ import annotations
@@ -37,7 +42,9 @@ AHEAD = 2
 # task kind -> (.sql files, job the seconds count for, rank: lower runs first when several are ready)
 KINDS = {
     "delete": (("delete_call_costs", "delete_replica_minutes", "delete_tasks"), "delete", 2),
+    "inputs": (("run_inputs",), "call_costs", 2),
     "resolve": (("run_resolve",), "call_costs", 2),
+    "reconcile": (("run_reconcile",), "call_costs", 1),
     "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
     "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
     "tasks": (("run_tasks",), "tasks", 1),
@@ -86,8 +93,10 @@ def plan(chunks: list[Chunk]) -> list[Task]:
         ahead = [("replica_minutes", i - AHEAD)] if i >= AHEAD else []
         tasks += [
             Task("delete", c, list(ahead)),
+            Task("inputs", c, list(ahead)),
             Task("resolve", c, list(ahead)),
-            Task("cost", c, [("resolve", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
+            Task("reconcile", c, [("inputs", i), ("resolve", i)]),
+            Task("cost", c, [("reconcile", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
             Task("replica_minutes", c, [("cost", i)]),
             Task("tasks", c, [("cost", i)] + ([("tasks", i - 1)] if i else [])),
             Task("rollup", c, [("replica_minutes", i), ("tasks", i)] + ([("rollup", i - 1)] if i else [])),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import auth, filters, store_provider, ui
+from schema.queries.cost import shared_spans
 
 st.set_page_config(page_title="infercost", page_icon=":material/paid:", layout="wide")
 auth.gate()
@@ -33,5 +34,5 @@ except store_provider.NoStore as exc:
     st.error(str(exc), icon=":material/error:")
     st.stop()
 filters.sidebar(option_values=lambda start, end: ui.query("schema.queries.ops:filter_values", start, end))
-with ui.guarded("page"):
+with ui.guarded("page"), shared_spans():  # the page's cost queries share each range's rollup span
     page.run()

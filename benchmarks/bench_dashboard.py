@@ -16,11 +16,22 @@ quantiles over every engine call ever stored (lifetime full scan); ratio = panel
 
 Goal (issue 6): p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
 share those cores while this runs: figures are pessimistic.
+
+``--scripts all`` (or a list of pages) times instead what each page really issues: its whole script
+in-process (streamlit.testing), Streamlit's caches cleared before each run, every store call's SQL
+time by tag (issue 18: SQL per page = the sum over its calls). ``--data-dir <demo data dir> --end
+<its last minute>`` runs that on a stopped demo's store instead of the generated one:
+
+    .venv/bin/python benchmarks/bench_dashboard.py --calls 10000000 --tasks 1000000 --cost-hours 168 \
+        --ranges 1h,7d --reps 5 --scripts all
+    .venv/bin/python benchmarks/bench_dashboard.py --data-dir .infercost --end 2026-12-01T16:15:00Z \
+        --ranges 1h,7d --reps 5 --scripts all
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -145,6 +156,86 @@ def panels(store, end: datetime, range_s: int):
     return out
 
 
+# The pages as bench_pages.py opens them: (name, page file, extra URL parameters).
+SCRIPT_PAGES = {"live": ("views/live_ops.py", {}), "live_engine": ("views/live_ops.py", {"view": "engine"}),
+                "cost": ("views/cost.py", {}), "triangle": ("views/triangle.py", {}),
+                "tasks": ("views/tasks.py", {}), "alerts": ("views/alerts.py", {}),
+                "review": ("views/weekly_review.py", {})}
+
+
+def page_scripts(store, end: datetime, ranges: list[str], pages: list[str], reps: int) -> None:
+    """Every page's whole script in-process (streamlit.testing AppTest, Streamlit's caches cleared before
+    each run: every query runs; each run's range ends a minute before the last one's), its wall time and
+    the SQL time of every store call it made, by tag.
+
+    What a page issues is what it issues: no hand-kept list of panels. Prints per page the p50 script
+    time, the p50 of the summed SQL time (the issue's "sum of panel p50s" measured on the page itself),
+    the number of store calls, and the tags that took the most SQL time (p50 over the runs)."""
+    import streamlit as st
+    from streamlit.testing.v1 import AppTest
+
+    from app import store_provider
+
+    calls: list[tuple[str, float]] = []
+    original = store._call
+
+    def recording(tag, fn, *args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return original(tag, fn, *args, **kwargs)
+        finally:
+            calls.append((tag, (time.perf_counter() - t) * 1000))
+
+    store._call = recording
+    store_provider.set_store(store)
+    main_py = str(ROOT / "app" / "main.py")
+    components = None  # AppTest scans the installed packages for components on every new app: once here
+    sizes = {"1h": "1h", "24h": "24h", "7d": "7d"}
+    try:
+        print(f"{'page':12} {'range':5} {'script p50':>11} {'SQL p50':>8} {'calls':>5}  top SQL tags (p50 ms)")
+        for label in ranges:
+            for name in pages:
+                path, extra = SCRIPT_PAGES[name]
+                walls, sqls, counts, by_tag = [], [], [], {}
+                for i in range(reps + 1):  # the first run imports modules and warms marks: not counted
+                    st.cache_data.clear()
+                    calls.clear()
+                    # each run's range ends a minute earlier (as bench_pages.py --cold): a range ending
+                    # on midnight or on the hour is the cheap case, not the usual one
+                    at_end = end - timedelta(minutes=i + 1)
+                    params = {"range": sizes[label], "end": at_end.strftime("%Y-%m-%dT%H:%M:%SZ"), **extra}
+                    at = AppTest.from_file(main_py, default_timeout=600)
+                    at._bidi_component_manager = components  # discovered once, as the server does
+                    at.query_params.update(params)
+                    at.switch_page(path)
+                    t = time.perf_counter()
+                    at.run()
+                    wall = (time.perf_counter() - t) * 1000
+                    if at.exception:
+                        print(f"{name:12} {label:5} failed: {str(at.exception[0].value)[:100]}")
+                        break
+                    components = at._bidi_component_manager
+                    if i == 0:
+                        continue
+                    walls.append(wall)
+                    sqls.append(sum(ms for _, ms in calls))
+                    counts.append(len(calls))
+                    run_tags: dict[str, float] = {}
+                    for tag, ms in calls:
+                        run_tags[tag] = run_tags.get(tag, 0.0) + ms
+                    for tag, ms in run_tags.items():
+                        by_tag.setdefault(tag, []).append(ms)
+                if not walls:
+                    continue
+                top = sorted(((statistics.median(v), t) for t, v in by_tag.items()), reverse=True)[:6]
+                print(f"{name:12} {label:5} {statistics.median(walls):9.0f} ms {statistics.median(sqls):6.0f} ms "
+                      f"{statistics.median(counts):5.0f}  " + ", ".join(f"{t.removeprefix('query.')} {ms:.0f}"
+                                                                      for ms, t in top), flush=True)
+    finally:
+        store._call = original
+        store_provider.clear()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=10_000_000)
@@ -153,8 +244,23 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--cost-hours", type=float, default=0.0)
     ap.add_argument("--ranges", default="1h,24h,7d")
+    ap.add_argument("--scripts", metavar="PAGES", help="instead of the panel list: run these pages' whole scripts "
+                    "in-process (AppTest), e.g. all or live,cost,triangle (see page_scripts)")
+    ap.add_argument("--data-dir", help="with --scripts: a (stopped) demo's data dir instead of the generated store")
+    ap.add_argument("--end", help="with --data-dir: end of the ranges, ISO UTC (the demo's last minute)")
     args = ap.parse_args()
 
+    if args.data_dir:
+        if not args.scripts or not args.end:
+            ap.error("--data-dir needs --scripts and --end")
+        store = connect(f"chdb://{Path(args.data_dir).resolve() / 'clickhouse'}", "infercost")
+        end = datetime.fromisoformat(args.end.replace("Z", "+00:00")).replace(tzinfo=None)
+        print(f"load average {os.getloadavg()[0]:.1f}")
+        names = list(SCRIPT_PAGES) if args.scripts == "all" else args.scripts.split(",")
+        page_scripts(store, end, args.ranges.split(","), names, args.reps)
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        store.close()
+        return
     directory = ROOT / "benchmarks" / "results" / f"dashboard_store_{args.calls}"
     marker = directory / ".built"
     store = connect(f"chdb://{directory}", "bench")
@@ -169,6 +275,15 @@ def main() -> None:
     if args.cost_hours > 0:
         roll_up_pending(store)
     end = T0 + timedelta(days=args.days)
+    if args.scripts:
+        base = timed(lambda: store.query_df(_sql("bench_dashboard_baseline"), tag="bench.baseline"), args.reps)
+        print(f"\nbaseline (lifetime full-scan fleet tile): p50 {statistics.median(base):.0f} ms; "
+              f"load average {os.getloadavg()[0]:.1f}\n")
+        names = list(SCRIPT_PAGES) if args.scripts == "all" else args.scripts.split(",")
+        page_scripts(store, end, args.ranges.split(","), names, args.reps)
+        print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+        store.close()
+        return
     base = timed(lambda: store.query_df(_sql("bench_dashboard_baseline"), tag="bench.baseline"), args.reps)
     base_p95 = p95(base)
     print(f"\nbaseline (lifetime full-scan fleet tile over {args.calls:,} calls): "

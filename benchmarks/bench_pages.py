@@ -106,6 +106,8 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before a load counts as the timeout")
     ap.add_argument("--end", help="end of every range, ISO UTC (default: the minute the run started)")
     ap.add_argument("--cold", action="store_true", help="no load reuses a cached query result (see module doc)")
+    ap.add_argument("--screenshots", metavar="DIR", help="save each page's last load as DIR/<page>_<range>.png "
+                    "(full page: check that every panel drew)")
     args = ap.parse_args()
     if not args.url and not args.data_dir:
         ap.error("give --url or --data-dir")
@@ -139,6 +141,9 @@ def main() -> None:
                     path = PAGES[name]
                     timed(page, target(path, rng), args.timeout)  # warm-up
                     results[f"{name} {rng}"] = [timed(page, target(path, rng), args.timeout) for _ in range(args.reps)]
+                    if args.screenshots:
+                        Path(args.screenshots).mkdir(parents=True, exist_ok=True)
+                        page.screenshot(path=str(Path(args.screenshots) / f"{name}_{rng}.png"), full_page=True)
                     print(f"  {name} {rng}: {', '.join(f'{v:.2f}' for v in results[f'{name} {rng}'])} s", flush=True)
             browser.close()
     finally:

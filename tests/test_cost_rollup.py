@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 
 from schema import jobs
-from schema.queries import cost
+from schema.queries import cost, review
 from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
 
 REL = dict(rel=1e-9, abs=1e-12)
@@ -111,6 +111,8 @@ def _frames_equal(a, b):
 
 def _all_queries(store, start, end):
     out = dict(cost.period_summaries(store, start, end, ("", "task_type", "tenant", "model", "replica")))
+    both = cost.period_summaries(store, start, end, ("", "tenant"), {"tenant": "acme"}, previous=True)
+    out |= {"acme": both[""], "acme_by_tenant": both["tenant"], "acme_previous": both["previous"]}
     out |= {"waste": cost.waste_breakdown(store, start, end), "dq": cost.data_quality(store, start, end),
             "trend_h": cost.cpst_trend(store, start, end, 3600), "trend_2h": cost.cpst_trend(store, start, end, 7200, "tenant"),
             "trend_5m": cost.cpst_trend(store, start, end, 300),
@@ -343,3 +345,120 @@ def test_triangle_block_versions_old_and_stale_marks_are_ignored(cstore):
     assert jobs.roll_up_pending(cstore, retention_days=36500) is None
     assert cost.rollup_span(cstore, start, end, 21600)["block_starts"] == [B0]
     _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
+
+
+def test_shared_spans_ask_once_per_range_and_answer_as_alone(cstore):
+    """Inside ``cost.shared_spans()`` (one page script run) every unit of a range gets the span it gets
+    alone, from one query per range and block size; the queries' figures are the same frames."""
+    _block_scenario(cstore)
+    ranges = [(B0, at(11100)), (at(1800), at(11100)), (at(100), at(200))]
+    units = (60, 300, 3600, 7200, 21600, 86400)
+    alone = {(r, u): cost.rollup_span(cstore, *r, u) for r in ranges for u in units}
+    frames = {r: _all_queries(cstore, *r) for r in ranges}
+    calls = []
+    original = cstore._call
+
+    def counting(tag, fn, *args, **kwargs):
+        calls.append(tag)
+        return original(tag, fn, *args, **kwargs)
+
+    cstore._call = counting
+    try:
+        with cost.shared_spans():
+            for (r, u), span in alone.items():
+                assert cost.rollup_span(cstore, *r, u) == span, (r, u)
+            # a caller changing its copy changes nothing shared
+            cost.rollup_span(cstore, *ranges[0], 3600)["rollup_versions"].append(-1)
+            assert cost.rollup_span(cstore, *ranges[0], 3600) == alone[(ranges[0], 3600)]
+            assert calls.count("query.cost_rollup_span") == len(ranges) * 3  # no block, 6 h, 1 day
+            for r in ranges:
+                for key, frame in _all_queries(cstore, *r).items():
+                    _frames_equal(frames[r][key], frame)
+            # and one for each range's previous period (period_summaries(..., previous=True))
+            assert calls.count("query.cost_rollup_span") == len(ranges) * 4
+        cost.rollup_span(cstore, *ranges[0], 3600)  # outside the block: asked again
+        assert calls.count("query.cost_rollup_span") == len(ranges) * 4 + 1
+    finally:
+        cstore._call = original
+    assert any(alone[(r, 3600)]["rollup_versions"] for r in ranges)
+    assert any(alone[(r, 21600)]["block_starts"] for r in ranges)
+
+
+def test_the_previous_period_in_the_same_query_is_its_own_summary(cstore):
+    """``period_summaries(..., previous=True)["previous"]`` is exactly ``period_summary`` of the period of
+    the same length before (the cost page's deltas), with and without filters, when the boundary cuts
+    an hour (read raw on both sides) or falls on one, and the current period's frames do not change."""
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    ranges = [(at(5400), at(11100)), (at(7200), at(10800)), (at(5430), at(9000)), (at(3600), at(7200)),
+              (at(60), at(120)), (at(9000), at(12600))]
+    for start, end in ranges:
+        prev_start = start - (end - start)
+        for filters in ({}, {"tenant": "acme"}, {"tenant": "zeta", "model": "llama"}):
+            alone = cost.period_summaries(cstore, start, end, ("", "task_type", "replica"), filters)
+            both = cost.period_summaries(cstore, start, end, ("", "task_type", "replica"), filters, previous=True)
+            assert sorted(both) == sorted([*alone, "previous"])
+            for key, frame in alone.items():
+                _frames_equal(frame, both[key])
+            _frames_equal(cost.period_summary(cstore, prev_start, start, None, filters), both["previous"])
+            # hours with data: review.coverage's, fleet-wide whatever the filter
+            for key, (a, b) in (("", (start, end)), ("previous", (prev_start, start))):
+                assert both[key].iloc[0]["hours_with_data"] == review.coverage(cstore, a, b)["hours_with_data"]
+    # by hand: the 95 minutes before 11:30 .. 13:05 are 09:55 .. 11:30: r1 up 10:00-11:30 (90 min), r2
+    # 10:50-11:30 (40 min) at $0.06; T0, T1, T2 (a failure) and T3 (11:25:05) ended in it
+    prev = cost.period_summaries(cstore, at(5400), at(11100), ("",), previous=True)["previous"].iloc[0]
+    assert prev["spend_usd"] == pytest.approx(0.06 * (90 + 40), **REL)
+    assert (prev["tasks"], prev["successful_tasks"]) == (4, 3)
+    assert prev["hours"] == pytest.approx(95 / 60, **REL)
+    assert prev["hours_with_data"] == 2  # hours 10 and 11 (09:55-10:00 has no replica-minute)
+
+
+def test_tasks_table_is_the_newest_tasks_of_the_raw_rows(cstore):
+    """``tasks_table`` reads only the minutes of its newest ``limit`` tasks: every limit (ties inside a
+    minute: T1 and T2 both end at 11:00) and search gives the raw rows' own newest-first head."""
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    raw = _raw(cstore, "tasks")
+    assert len(raw) == len(TASKS)
+    for start, end in [(at(0), at(11400)), (at(3600), at(7200)), (at(3600), at(3660))]:
+        for search in ("", "ZETA", "t1", "nothing"):
+            rows = _in(raw, "minute", start, end)
+            if search:
+                hit = lambda v: search.lower() in str(v).lower()  # noqa: E731
+                rows = rows[rows["task_id"].map(hit) | rows["task_type"].map(hit) | rows["tenant_id"].map(hit)]
+            ordered = list(rows.sort_values(["task_id"]).sort_values("end_time", ascending=False, kind="stable")["task_id"])
+            for limit in range(1, len(TASKS) + 2):
+                got = cost.tasks_table(cstore, start, end, search or None, limit)
+                assert list(got["task_id"]) == ordered[:limit], (start, end, search, limit)
+    # by hand: the two newest of the day, and the 11:00 minute's two tasks (T2 ended after T1)
+    assert list(cost.tasks_table(cstore, at(0), at(11400), None, 2)["task_id"]) == ["T5", "T4"]
+    assert list(cost.tasks_table(cstore, at(3600), at(3660), None, 5)["task_id"]) == ["T2", "T1"]
+
+
+def test_budget_spend_from_the_rollups_is_the_raw_rows(cstore):
+    """``budget_status`` reads the week's rolled-up hours from the rollups (issue 18: it read a week of
+    call pieces on every cost page): the same spend as the raw rows, mid-hour, on the hour, with the
+    last hour incomplete, and the next day (the week's spend, none in the day)."""
+    from schema.budgets import Budget, sync_budgets
+    from schema.queries.budgets import budget_status
+
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(-36000), end=at(11400))  # from Monday 00:00: the week's hours rolled up
+    sync_budgets(cstore, [Budget("tenant", "acme", "day", 1.0), Budget("tenant", "zeta", "week", 2.0),
+                          Budget("task_type", "chat", "week", 3.0)])
+    pieces = _raw(cstore, "call_costs")
+    nows = [at(9000), at(10800), at(11100), at(11400), at(86400 + 1800)]
+    with_rollup = {now: budget_status(cstore, now) for now in nows}
+    assert len(cost.rollup_span(cstore, at(-36000), at(11100))["rollup_versions"]) == 13  # hours 00-12
+    cstore.command("TRUNCATE TABLE cost_rollup_hours", tag="test")
+    for now in nows:
+        raw = budget_status(cstore, now)
+        _frames_equal(with_rollup[now], raw)
+        day = now.replace(hour=0, minute=0, second=0)
+        spent = raw.set_index(["scope", "name"])["spent_usd"]
+        by_hand = {("tenant", "acme"): _in(pieces, "minute", day, now).query("tenant_id == 'acme'")["cost_usd"].sum(),
+                   ("tenant", "zeta"): _in(pieces, "minute", at(-36000), now).query("tenant_id == 'zeta'")["cost_usd"].sum(),
+                   ("task_type", "chat"): _in(pieces, "minute", at(-36000), now).query("task_type == 'chat'")["cost_usd"].sum()}
+        for key, value in by_hand.items():
+            assert spent[key] == pytest.approx(value, **REL), (now, key)
+    assert spent[("tenant", "acme")] == 0 and spent[("tenant", "zeta")] > 0  # Tuesday: the day is empty

@@ -36,16 +36,22 @@ DAY_SECONDS = 86400
 
 class _Summaries:
     """``cost.period_summary`` memoised for one build: segments, waste and levers read the same
-    groupings, and each call is a full scan of the week (chDB serialises them)."""
+    groupings, and each call is a full scan of the week (chDB serialises them). The first call for a
+    week fetches the ungrouped row and the three dimensions in one ``cost.period_summaries`` query
+    (the same frames); ``replica`` (a join of the week's tasks with their calls) only when asked."""
+
+    TOGETHER = ("",) + DIMENSIONS
 
     def __init__(self, store):
         self.store = store
         self._seen: dict[tuple, object] = {}
 
     def __call__(self, start, end, by=None):
-        key = (start, end, by)
+        key = (start, end, by or "")
         if key not in self._seen:
-            self._seen[key] = cost.period_summary(self.store, start, end, by=by)
+            bys = self.TOGETHER if key[2] in self.TOGETHER else (key[2],)
+            for grouping, frame in cost.period_summaries(self.store, start, end, bys).items():
+                self._seen[(start, end, grouping)] = frame
         return self._seen[key]
 
 

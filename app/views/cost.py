@@ -23,13 +23,12 @@ if ui.optional_function("schema.queries.cost:period_summaries") is None:
 
 BREAKDOWNS = ("task_type", "tenant", "model")
 try:
-    # The headline and the three breakdowns in one query (each source read once for all four).
+    # The headline, the three breakdowns and the period before (the deltas) in one query (each source
+    # read once for all five).
     summaries = ui.query("schema.queries.cost:period_summaries", f.start, f.end, ("",) + BREAKDOWNS,
-                         f.query_filters())
+                         f.query_filters(), previous=True)
     summary = costviews.summary_row(summaries[""])
-    prev_start = f.start - (f.end - f.start)
-    previous = costviews.summary_row(ui.query("schema.queries.cost:period_summary", prev_start, f.start, None,
-                                              f.query_filters()))
+    previous = costviews.summary_row(summaries["previous"])
 except StoreError as exc:
     costviews.stop_on_store_error(exc, "Run `infercost migrate`, then `infercost cost` "
                                        "(or start `infercost up`, which runs the cost job every minute).")
@@ -44,8 +43,8 @@ if summary is None or not (summary.get("spend_usd") or 0):
 def _comparable_coverage() -> bool:
     """Deltas only between periods with data for about the same time (hours in which a replica was up,
     within 10 %): a period with 2 hours of data against a full one compares nothing (issue 17 fault 2)."""
-    now = ui.query("schema.queries.review:coverage", f.start, f.end)["hours_with_data"]
-    before = ui.query("schema.queries.review:coverage", prev_start, f.start)["hours_with_data"]
+    now = int(summary.get("hours_with_data") or 0) if summary else 0
+    before = int(previous.get("hours_with_data") or 0) if previous else 0
     return max(now, before) > 0 and abs(now - before) <= 0.1 * max(now, before)
 
 

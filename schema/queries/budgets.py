@@ -6,7 +6,8 @@ times UTC (naive values are UTC), durations in seconds.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+from datetime import time as dt_time
 
 import pandas as pd
 
@@ -24,8 +25,18 @@ def budget_status(store, now: datetime) -> pd.DataFrame:
     """One row per budget: ``scope``, ``name``, ``period`` (day | week), ``budget_usd``,
     ``period_start`` / ``period_end`` (UTC), ``spent_usd`` (allocated cost so far), ``elapsed_s``,
     ``period_s``, ``projected_usd`` (spent / elapsed x period: the linear end-of-period forecast),
-    ``burn_ratio`` (projected / budget: > 1 = on course to overspend), ``used_ratio`` (spent / budget)."""
-    df = run(store, "budgets_status", now=_naive(now).replace(microsecond=0))
+    ``burn_ratio`` (projected / budget: > 1 = on course to overspend), ``used_ratio`` (spent / budget).
+
+    The week's whole rolled-up hours are read from the hourly rollups (``cost.rollup_span``), the rest
+    from the raw rows: a week of call pieces was read on every cost page and alert evaluation."""
+    from schema.queries.cost import rollup_span
+
+    now = _naive(now).replace(microsecond=0)
+    week_start = datetime.combine(now.date() - timedelta(days=now.weekday()), dt_time())
+    span = rollup_span(store, week_start, now) if now > week_start else {
+        "rollup_start": now, "rollup_end": now, "rollup_versions": [], "watermark": datetime(1970, 1, 1)}
+    df = run(store, "budgets_status", now=now, rollup_start=span["rollup_start"], rollup_end=span["rollup_end"],
+             rollup_versions=span["rollup_versions"], watermark=span["watermark"])
     if not len(df.columns):
         return pd.DataFrame(columns=STATUS_COLUMNS)
     elapsed = df["elapsed_s"].clip(lower=1)

@@ -12,13 +12,30 @@ WITH
         WHERE synced_at >= (SELECT max(synced_at) FROM budgets) - INTERVAL 1 SECOND
         GROUP BY scope, name, period
     ),
+    -- the week's whole hours the cost jobs rolled up (migration 0170; cost.rollup_span of [week_start,
+    -- now)) from cost_hours, the rest raw (history below the watermark, live from it on, as the view
+    -- call_costs): each minute from one of them. An hour row is wholly in or out of the day (both
+    -- periods start at midnight UTC).
+    {rollup_start:DateTime} AS p_hs,
+    {rollup_end:DateTime} AS p_re,
+    {rollup_versions:Array(UInt64)} AS p_versions,
+    {watermark:DateTime} AS p_wm,
     spend AS (
         SELECT k.1 AS s_scope, k.2 AS s_name,
-               sumIf(cost_usd, minute >= day_start) AS day_usd,
-               sumIf(cost_usd, minute >= week_start) AS week_usd
-        FROM call_costs
+               sumIf(cost_usd, t >= day_start) AS day_usd,
+               sum(cost_usd) AS week_usd
+        FROM (
+            SELECT minute AS t, tenant_id, task_type, cost_usd
+            FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
+                  UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
+            WHERE (minute >= week_start AND minute < least(greatest(p_hs, week_start), p_now))
+               OR (minute >= greatest(p_re, week_start) AND minute < p_now)
+            UNION ALL
+            SELECT hour, tenant_id, task_type, cost_usd FROM cost_hours
+            WHERE hour >= greatest(p_hs, week_start) AND hour < p_re
+              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+        )
         ARRAY JOIN [('tenant', tenant_id), ('task_type', task_type)] AS k
-        WHERE minute >= least(day_start, week_start) AND minute < p_now
         GROUP BY s_scope, s_name
     )
 SELECT

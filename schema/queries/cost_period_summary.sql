@@ -13,10 +13,16 @@
 -- Whole hours the cost jobs rolled up (migration 0170, schema/jobs/run_cost_rollup.sql) are read
 -- from the hourly rollups, [p_hs, p_re); the partial hours at the edges and every hour not rolled up
 -- (the live window) from the raw tables: each minute from exactly one of them.
+-- by 'previous' (with the others): also the ungrouped row of the period of the same length just
+-- before, [p_lo, p_start), read in the same pass (its own rollup span [q_hs, q_re), so an hour cut by
+-- p_start is read raw on both sides); every source row belongs to one period (prev: minute < p_start).
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
     {bys:Array(String)} AS p_bys,
+    -- the previous period [p_lo, p_start) when bys holds 'previous', else p_lo = p_start (empty)
+    {read_start:DateTime} AS p_lo,
+    arrayFilter(b -> b != 'previous', p_bys) AS p_cur_bys,
     {model:String} AS f_model,
     {tenant:String} AS f_tenant,
     {task_type:String} AS f_task_type,
@@ -26,13 +32,17 @@ WITH
     {rollup_start:DateTime} AS p_hs,
     {rollup_end:DateTime} AS p_re,
     {rollup_versions:Array(UInt64)} AS p_versions,
+    -- the same for the previous period (cost.rollup_span of [p_lo, p_start))
+    {prev_rollup_start:DateTime} AS q_hs,
+    {prev_rollup_end:DateTime} AS q_re,
+    {prev_rollup_versions:Array(UInt64)} AS q_versions,
     -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
     -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
     -- were a third of this query's planning time)
     {watermark:DateTime} AS p_wm,
     fine AS (
         -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
-        SELECT task_type, tenant_id, model, if(has(p_bys, 'replica'), replica, '') AS rep,
+        SELECT prev, task_type, tenant_id, model, if(has(p_bys, 'replica') AND NOT prev, replica, '') AS rep,
             sum(cost_usd) AS f_allocated_usd,
             sumIf(cost_usd, category = 'useful') AS f_useful_usd,
             sumIf(cost_usd, category = 'retry_waste') AS f_retry_waste_usd,
@@ -48,26 +58,27 @@ WITH
             sum(cached_tokens) AS f_cached_tokens,
             sum(output_tokens) AS f_output_tokens
         FROM (
-            SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
-                   prompt_tokens, cached_tokens, output_tokens
+            SELECT minute < p_start AS prev, task_type, tenant_id, model, replica, category, partial, cached_estimated,
+                   cost_usd, requests, prompt_tokens, cached_tokens, output_tokens
             FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
-            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
+                   OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
             UNION ALL
-            SELECT task_type, tenant_id, model, replica, category, partial, cached_estimated, cost_usd, requests,
-                   prompt_tokens, cached_tokens, output_tokens
+            SELECT hour < p_start AS prev, task_type, tenant_id, model, replica, category, partial, cached_estimated,
+                   cost_usd, requests, prompt_tokens, cached_tokens, output_tokens
             FROM cost_hours
-            WHERE hour >= p_hs AND hour < p_re
-              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
+                   OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
         )
         WHERE (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
-        GROUP BY task_type, tenant_id, model, rep
+        GROUP BY prev, task_type, tenant_id, model, rep
     ),
     pieces AS (
         SELECT
-            arrayJoin(p_bys) AS by_dim,
+            arrayJoin(if(prev, ['previous'], p_cur_bys)) AS by_dim,
             multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id, by_dim = 'model', model,
                     by_dim = 'replica', rep, '') AS grp,
             sum(f_allocated_usd) AS pc_allocated_usd,
@@ -88,20 +99,21 @@ WITH
         GROUP BY by_dim, grp
     ),
     rm AS (
-        -- exact groupings only ('' and 'replica' without filters)
-        SELECT arrayJoin(arrayFilter(b -> b IN ('', 'replica'), p_bys)) AS by_dim,
+        -- exact groupings only ('', 'replica' and 'previous' without filters)
+        SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b IN ('', 'replica'), p_cur_bys))) AS by_dim,
                if(by_dim = 'replica', replica, '') AS grp,
                sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle
         FROM (
-            SELECT replica, spend_usd, idle_usd
+            SELECT minute < p_start AS prev, replica, spend_usd, idle_usd
             FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE unfiltered
-              AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+              AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
+                   OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
             UNION ALL
-            SELECT replica, spend_usd, idle_usd FROM cost_replica_hours
-            WHERE unfiltered AND hour >= p_hs AND hour < p_re
-              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            SELECT hour < p_start AS prev, replica, spend_usd, idle_usd FROM cost_replica_hours
+            WHERE unfiltered AND ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
+                   OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
         )
         GROUP BY by_dim, grp
     ),
@@ -117,17 +129,17 @@ WITH
     ),
     task_rows AS (
         -- tasks counted by the finest key first, then spread over the groupings (replica apart)
-        SELECT arrayJoin(arrayFilter(b -> b != 'replica', p_bys)) AS by_dim,
+        SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b != 'replica', p_cur_bys))) AS by_dim,
                toNullable(multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id,
                                   by_dim = 'model', model, '')) AS grp,
                n, ok, failed, abandoned, slo_ok, ok_attempts, ok_step_calls, ok_steps
         FROM (
-            SELECT task_type, tenant_id, model,
+            SELECT prev, task_type, tenant_id, model,
                    sum(t_n) AS n, sum(t_ok) AS ok, sum(t_failed) AS failed, sum(t_abandoned) AS abandoned,
                    sum(t_slo_ok) AS slo_ok, sum(t_ok_attempts) AS ok_attempts,
                    sum(t_ok_step_calls) AS ok_step_calls, sum(t_ok_steps) AS ok_steps
             FROM (
-                SELECT task_type, tenant_id, model,
+                SELECT minute < p_start AS prev, task_type, tenant_id, model,
                        count() AS t_n,
                        countIf(outcome = 'success') AS t_ok,
                        countIf(outcome = 'failure') AS t_failed,
@@ -138,20 +150,21 @@ WITH
                        sumIf(steps, outcome = 'success') AS t_ok_steps
                 FROM (SELECT * FROM tasks_history WHERE minute < p_wm
                       UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
-                WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
-                GROUP BY task_type, tenant_id, model
+                WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
+                   OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
+                GROUP BY prev, task_type, tenant_id, model
                 UNION ALL
-                SELECT task_type, tenant_id, model, sum(tasks), sum(successes), sum(failures), sum(abandoned),
+                SELECT hour < p_start AS prev, task_type, tenant_id, model, sum(tasks), sum(successes), sum(failures), sum(abandoned),
                        sum(slo_met), sum(success_attempts), sum(success_step_calls), sum(success_steps)
                 FROM cost_task_hours
-                WHERE hour >= p_hs AND hour < p_re
-                  AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
-                GROUP BY task_type, tenant_id, model
+                WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
+                   OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
+                GROUP BY prev, task_type, tenant_id, model
             )
             WHERE (f_model = '' OR model = f_model)
               AND (f_tenant = '' OR tenant_id = f_tenant)
               AND (f_task_type = '' OR task_type = f_task_type)
-            GROUP BY task_type, tenant_id, model
+            GROUP BY prev, task_type, tenant_id, model
         )
         UNION ALL
         -- by replica: a task counts for every replica that ran one of its calls
@@ -182,26 +195,34 @@ WITH
         GROUP BY by_dim, grp
     ),
     tot AS (
-        SELECT sum(idle_usd) AS idle_total, sum(allocated_usd) AS alloc_total
+        -- each period's fleet idle and allocated (the idle share of a filtered or grouped row), and its
+        -- hours with data: hours holding a replica-minute (review.coverage's hours_with_data)
+        SELECT sumIf(idle_usd, NOT prev) AS idle_total, sumIf(allocated_usd, NOT prev) AS alloc_total,
+               sumIf(idle_usd, prev) AS prev_idle_total, sumIf(allocated_usd, prev) AS prev_alloc_total,
+               uniqExactIf(h, NOT prev) AS cur_hours_with_data, uniqExactIf(h, prev) AS prev_hours_with_data
         FROM (
-            SELECT idle_usd, allocated_usd
+            SELECT minute < p_start AS prev, toStartOfHour(minute) AS h, idle_usd, allocated_usd
             FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
-            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
+                   OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
             UNION ALL
-            SELECT idle_usd, allocated_usd FROM cost_replica_hours
-            WHERE hour >= p_hs AND hour < p_re
-              AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            SELECT hour < p_start AS prev, hour AS h, idle_usd, allocated_usd FROM cost_replica_hours
+            WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
+                   OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
         )
     ),
-    base AS (SELECT '' AS by_dim, toNullable('') AS grp WHERE has(p_bys, ''))
+    base AS (SELECT arrayJoin(arrayFilter(b -> b IN ('', 'previous'), p_bys)) AS by_dim, toNullable('') AS grp)
 SELECT
     by_dim,
     grp,
-    if(unfiltered AND by_dim IN ('', 'replica'), ifNull(rm.rm_spend, 0), ifNull(p.pc_allocated_usd, 0) + idle_usd) AS spend_usd,
+    if(unfiltered AND by_dim IN ('', 'replica', 'previous'), ifNull(rm.rm_spend, 0),
+       ifNull(p.pc_allocated_usd, 0) + idle_usd) AS spend_usd,
     ifNull(p.pc_allocated_usd, 0) AS allocated_usd,
-    if(unfiltered AND by_dim IN ('', 'replica'), ifNull(rm.rm_idle, 0),
-       if(tot.alloc_total > 0, tot.idle_total * ifNull(p.pc_allocated_usd, 0) / tot.alloc_total, 0)) AS idle_usd,
+    if(by_dim = 'previous', tot.prev_idle_total, tot.idle_total) AS period_idle,
+    if(by_dim = 'previous', tot.prev_alloc_total, tot.alloc_total) AS period_alloc,
+    if(unfiltered AND by_dim IN ('', 'replica', 'previous'), ifNull(rm.rm_idle, 0),
+       if(period_alloc > 0, period_idle * ifNull(p.pc_allocated_usd, 0) / period_alloc, 0)) AS idle_usd,
     ifNull(p.pc_unattributed_usd, 0) AS unattributed_usd,
     ifNull(p.pc_unspanned_usd, 0) AS unspanned_usd,
     ifNull(p.pc_useful_usd, 0) AS useful_usd,
@@ -230,7 +251,8 @@ SELECT
     if(successful_tasks > 0, ifNull(tk.tk_success_steps, 0) / successful_tasks, NULL) AS steps_per_success,
     if(ifNull(tk.tk_success_step_calls, 0) > 0,
        (ifNull(tk.tk_success_attempts, 0) - tk.tk_success_step_calls) / tk.tk_success_step_calls, NULL) AS retries_per_call,
-    hours
+    hours,
+    toUInt64(if(by_dim = 'previous', tot.prev_hours_with_data, tot.cur_hours_with_data)) AS hours_with_data
 FROM base
 FULL JOIN pieces AS p USING (by_dim, grp)
 FULL JOIN (SELECT by_dim, toNullable(grp) AS grp, rm_spend, rm_idle FROM rm) AS rm USING (by_dim, grp)

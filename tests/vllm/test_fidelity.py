@@ -104,25 +104,40 @@ def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
 def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     model = stack.model
     t0 = time.monotonic()
-    measured = cal.calibrate(stack.vllm.url, model)
+    pgid = stack.vllm.proc.pid  # vLLM runs in its own process group (launch.py)
+    measured = cal.calibrate(stack.vllm.url, model, pgid=pgid)
     workload = cal.fidelity_workload()
     loads = [os.getloadavg()[0]]
+    s1 = cal.sched_totals(pgid)
     real = run_on(stack, stack.vllm.url, "replica-0", model, workload)
+    run_wait = cal.wait_share(s1, cal.sched_totals(pgid))
     loads.append(os.getloadavg()[0])
+    # the calibration traffic once more, right after the workload: the decode base is fitted to the mean of
+    # the runs before and after it, so a host whose speed drifts is seen at the workload's time
+    after, after_wait = cal.traffic_decode_per_token(stack.vllm.url, model, pgid)
+    per_token = [measured["points"]["traffic_decode_s_per_token"], after]
+    before_only = dict(measured)
+    measured = {**measured, "base_s": cal.refit_base(measured, per_token)}
+    traffic_wait = {k: (v + after_wait.get(k, v)) / 2 for k, v in measured["points"]["traffic_wait_share"].items()}
+    host_wait = {"calibration_traffic": traffic_wait, "workload": run_wait}
     emu = emulated(stack, {k: measured[k] for k in FIELDS}, "emulated-cpu-0", workload)
     committed = emulated(stack, None, "emulated-cpu-1", workload)
     # the same measured profile without the front-end model (constant input overhead): its share of the fit
     no_fe = emulated(stack, {**{k: measured[k] for k in FIELDS}, "frontend_input_s": None}, "emulated-cpu-2",
                      workload)
+    emu_before = emulated(stack, {k: before_only[k] for k in FIELDS}, "emulated-cpu-3", workload)
     ratios = {k: emu["spans"][k] / real["spans"][k] for k in KEYS}
     report = {"measured_profile": measured, "real": real, "emulated": emu, "ratio": ratios,
+              "traffic_decode_s_per_token_before_after": per_token, "vllm_run_queue_wait_share": host_wait,
+              "ratio_base_from_traffic_before_only": {k: emu_before["spans"][k] / real["spans"][k] for k in KEYS},
               "emulated_with_committed_profile": committed,
               "committed_ratio": {k: committed["spans"][k] / real["spans"][k] for k in KEYS},
               "ratio_without_front_end": {k: no_fe["spans"][k] / real["spans"][k] for k in KEYS},
               "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(),
               "load_1min_before_after_real_run": loads, "cpus": os.cpu_count()}
     (artifacts / "vllm_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
-    print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
+    print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}),
+          "load", [round(x, 1) for x in loads], "vLLM run-queue wait share", json.dumps(host_wait))
     off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE and k not in KNOWN_GAP}
     # On a host whose run queue is many times its cores, vLLM's steps wait for the scheduler and
     # neither calibration nor comparison means much: the message says so (the check still fails).

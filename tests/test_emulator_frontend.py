@@ -133,3 +133,33 @@ def test_step_outputs_marks_the_first_tokens_of_the_step_with_the_pickup_time():
     assert attrs[sc.GEN_AI_LATENCY_TTFT] == pytest.approx(0.084)
     assert attrs[sc.GEN_AI_LATENCY_QUEUE] == pytest.approx(0.008)
     assert attrs[sc.GEN_AI_LATENCY_PREFILL] == pytest.approx(0.016)
+
+
+def test_virtual_time_spans_end_ttft_at_the_front_ends_pickup(monkeypatch):
+    from schema import semconv as sc
+    from serving.emulator.fleet_sim import ReplicaSpec, simulate
+    from serving.emulator.otlp import MemorySink, span_attrs
+    from serving.plans import CallPlan, StepPlan, TaskPlan
+
+    # steps: 10 ms + 0.1 ms per prefill token + 1 ms per decoding sequence; front end: no input time,
+    # 40 ms per output token, full speed; requests reach the replica 1.5 ms after their task starts
+    monkeypatch.setitem(PROFILES, "test-front-end", PROFILES["cpu-tiny-llama"].with_overrides(
+        name="test-front-end", base_s=0.010, prefill_per_token_s=0.0001, decode_per_seq_s=0.001,
+        frontend_input_s=0.0, frontend_per_token_s=0.040, frontend_busy_share=1.0))
+    plans = [TaskPlan("a", "chat", "acme", 0.0, (StepPlan("s", (CallPlan(100, 10, max_tokens=10),)),)),
+             TaskPlan("b", "chat", "acme", 0.025, (StepPlan("s", (CallPlan(50, 2, max_tokens=2),)),))]
+    sink = MemorySink()
+    simulate(plans, [ReplicaSpec("r0", profile="test-front-end")], sink=sink, spans="engine",
+             start_time_ns=1_796_000_000_000_000_000)
+    spans = sorted((span_attrs(s) for _, s in sink.spans() if s.name == "llm_request"),
+                   key=lambda a: a[sc.GEN_AI_USAGE_PROMPT_TOKENS], reverse=True)
+    a, b = spans
+    # a arrives 0.0015, joins at once, prefill 0.0015 -> 0.0215: nothing queued ahead of its first token
+    assert a[sc.GEN_AI_LATENCY_TTFT] == pytest.approx(0.020)
+    # a's first token costs the front end 40 ms from 0.0015 (its hand-over, the last work): free at
+    # 0.0415, so b (arriving 0.0265) joins then; a's decode run is cut there after 2 steps (0.0435), whose
+    # 2 tokens are queued from 0.0415 -> free at 0.1215; b's prefill with a's decode: 0.0435 -> 0.0595
+    assert b[sc.GEN_AI_LATENCY_QUEUE] == pytest.approx(0.002)
+    assert b[sc.GEN_AI_LATENCY_PREFILL] == pytest.approx(0.016)
+    # b's first token waits for that backlog: TTFT 0.1215 - 0.0265 (the engine's first token: 0.033)
+    assert b[sc.GEN_AI_LATENCY_TTFT] == pytest.approx(0.095)

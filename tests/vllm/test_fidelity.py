@@ -45,11 +45,10 @@ KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # and fits its decode base to traffic of another seed run before and after each of REAL_REPEATS real
 # runs of the workload (calibrate.py). Every run so far was on a host loaded by other jobs (load 8-35 on
 # 2 cores; each run's figures in serving/emulator/README.md): all four within 25% in 3 of 15 runs at
-# load 8-24 (13:08-14:07 UTC), in none of the 6 at load 18-35 since (16:03-17:30 UTC), where vLLM's
-# worker waited for its core 49-88% of its runnable time and real ITL ran 5-17 ms a token; TTFT p95 is
-# under-predicted in every loaded run (host stalls: one arrival stamp on requests sent over 0.7 s,
-# prefill steps at up to 4x their calibrated time), which a profile measured minutes earlier cannot
-# predict. So TTFT and ITL stay an expected failure when outside, with the host's load in the reason;
+# load 8-24 (13:08-14:07 UTC), in none at load 18-35 since (16:03-17:25 UTC), where vLLM's worker
+# waited for its core 37-88% of its runnable time and real ITL ran 4-17 ms a token within minutes; the
+# real TTFT tails there are host stalls (one arrival stamp on requests sent over 0.7 s, prefill steps at
+# up to 4x their calibrated time), which a profile measured minutes earlier cannot predict. So TTFT and ITL stay an expected failure when outside, with the host's load in the reason;
 # throughput (0.98-1.12, except 1.28 once when real vLLM fell behind the offered load at load 28) is
 # asserted.
 KNOWN_GAP = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")

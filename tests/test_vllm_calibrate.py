@@ -68,3 +68,14 @@ def test_wait_share_per_role_of_two_readings():
     after = {"worker": (1.3, 0.6), "all": (2.5, 1.5), "api_server": (0.0, 0.0)}
     assert cal.wait_share(before, after) == {"worker": pytest.approx(0.25), "all": pytest.approx(0.5),
                                              "api_server": 0.0}
+
+
+def test_fresh_prompts_change_the_ids_not_the_shape():
+    w = cal.fidelity_workload(n=5, seed=cal.CALIBRATION_SEED)
+    assert cal.fresh_prompts(w, 0) == w
+    again = cal.fresh_prompts(w, 1)
+    assert [(r.at_s, r.prompt_tokens, r.max_tokens) for r in again] == [(r.at_s, r.prompt_tokens, r.max_tokens) for r in w]
+    for a, b in zip(w, again):
+        ids_a, ids_b = cal.prompt_ids(a.prompt_tokens, a.seed), cal.prompt_ids(b.prompt_tokens, b.seed)
+        assert len(ids_a) == len(ids_b) and ids_a[:16] != ids_b[:16]  # the first (cache) block differs
+    assert {r.seed for r in cal.fresh_prompts(w, 2)}.isdisjoint({r.seed for r in again} | {r.seed for r in w})

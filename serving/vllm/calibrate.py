@@ -313,11 +313,21 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
                                             "total": sum(r[2] for r in cpu_rows)}}}
 
 
-def traffic_decode_per_token(url: str, model: str, pgid: int | None = None) -> tuple[float, dict[str, float]]:
-    """Run the calibration traffic (``fidelity_workload(seed=CALIBRATION_SEED)``) on the server; return
-    its engine decode seconds (first -> last token) per output token after the first, and the server's
-    ``wait_share`` per role over the run (``{}`` without ``pgid``, the server's process group)."""
-    traffic = fidelity_workload(seed=CALIBRATION_SEED)
+def fresh_prompts(reqs: list[Req], run: int) -> list[Req]:
+    """``reqs`` with other prompt token ids for the ``run``-th sending (run 0: unchanged), same lengths
+    and times: a workload sent again must not hit vLLM's prefix cache (its prompts would be cached)."""
+    from dataclasses import replace
+
+    return [replace(r, seed=r.seed + run * 10**9) for r in reqs]
+
+
+def traffic_decode_per_token(url: str, model: str, pgid: int | None = None,
+                             run: int = 0) -> tuple[float, dict[str, float]]:
+    """Run the calibration traffic (``fidelity_workload(seed=CALIBRATION_SEED)``, prompts of its
+    ``run``-th sending: ``fresh_prompts``) on the server; return its engine decode seconds (first -> last
+    token) per output token after the first, and the server's ``wait_share`` per role over the run
+    (``{}`` without ``pgid``, the server's process group)."""
+    traffic = fresh_prompts(fidelity_workload(seed=CALIBRATION_SEED), run)
     s0 = sched_totals(pgid) if pgid else {}
     m = engine_means(url, model, traffic)
     share = wait_share(s0, sched_totals(pgid)) if pgid else {}

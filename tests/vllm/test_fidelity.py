@@ -121,10 +121,11 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     for i in range(REAL_REPEATS):
         loads.append(os.getloadavg()[0])
         s1 = cal.sched_totals(pgid)
-        reals.append(run_on(stack, stack.vllm.url, "replica-0", model, workload))
+        # new prompt ids each time (same lengths and times): a repeat must not hit the prefix cache
+        reals.append(run_on(stack, stack.vllm.url, "replica-0", model, cal.fresh_prompts(workload, i)))
         run_wait.append(cal.wait_share(s1, cal.sched_totals(pgid)))
         loads.append(os.getloadavg()[0])
-        t, w = cal.traffic_decode_per_token(stack.vllm.url, model, pgid)
+        t, w = cal.traffic_decode_per_token(stack.vllm.url, model, pgid, run=i + 1)
         per_token.append(t)
         traffic_wait.append(w)
     real = {k: statistics.median(r["spans"][k] for r in reals) for k in KEYS}

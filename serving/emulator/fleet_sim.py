@@ -39,7 +39,7 @@ from typing import Iterable
 from schema import semconv as sc
 from serving.emulator import pbenc
 from serving.emulator.engine import Engine, EngineRequest
-from serving.emulator.frontend import FrontEnd
+from serving.emulator.frontend import FrontEnd, step_outputs
 from serving.emulator.kvcache import segments_from_hash_ids
 from serving.emulator.sim_control import AutoscaleRule, FleetControl
 from serving.emulator.sim_replicas import CLIENT_GATEWAY_S, GATEWAY_REPLICA_S, ReplicaEvents
@@ -457,8 +457,9 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         eng = rep.engine
         p = eng.pending
         if p is not None and p.k > 1 and p.end > t:
-            self.deliver(rep, eng.commit(until=t))
-            self.front_end_outputs(rep)
+            done = eng.commit(until=t)
+            self.front_end_outputs(rep, done)
+            self.deliver(rep, done)
             rep.ver += 1
 
     def reschedule(self, rep):
@@ -473,14 +474,16 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         rep, ver = arg
         if ver != rep.ver or rep.down:
             return
-        self.deliver(rep, rep.engine.commit())
-        self.front_end_outputs(rep)
+        done = rep.engine.commit()
+        self.front_end_outputs(rep, done)  # before the spans: TTFT ends at the front end's pickup
+        self.deliver(rep, done)
         self.reschedule(rep)
 
-    def front_end_outputs(self, rep):
-        """Queue the output processing of the tokens committed since the last call (frontend.py)."""
+    def front_end_outputs(self, rep, finished=()):
+        """Queue the output processing of the tokens committed since the last call, and mark the first
+        tokens among them with the front end's pickup time (frontend.py)."""
         eng = rep.engine
-        rep.frontend.outputs(rep.fe_since, eng.stats.generation_tokens, not eng.idle())
+        step_outputs(rep.frontend, eng, finished, not eng.idle(), start=rep.fe_since)
         rep.fe_since = eng.now
 
     def deliver(self, rep, finished):

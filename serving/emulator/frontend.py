@@ -14,7 +14,9 @@ the front end is one FIFO server whose work is
   host), after which the request joins the engine's waiting queue;
 - ``frontend_per_token_s`` per output token (output processing, CPU seconds);
 
-and an arrival waits behind the work already queued (other arrivals, the outputs of the last steps).
+and an arrival waits behind the work already queued (other arrivals, the outputs of the last steps), as
+does a step's output: vLLM's TTFT ends when the API server picks the first token up, so a request's
+TTFT includes the front end's backlog at the end of its prefill step (``FrontEnd.outputs``).
 The host's cores are shared: on the CPU build the engine's forward pass runs on the cores given to its
 OpenMP threads while the engine-core process and the API server share the reserved core(s)
 (``vllm/utils/ompmultiprocessing.py``: one reserved core per rank on x86; the engine core polls while
@@ -66,16 +68,38 @@ class FrontEnd:
             return now + self.overhead_s
         return self._serve(now, self.input_s, engine_busy)
 
-    def outputs(self, start: float, generated_total: int, engine_busy: bool) -> None:
+    def outputs(self, start: float, generated_total: int, engine_busy: bool) -> float:
         """The engine's counter of generated tokens reached ``generated_total``: queue the new tokens'
         processing (``frontend_per_token_s`` each), from ``start`` (s; the step's end, or the start of a
-        run of steps committed at once) or when the queued work is done. No-op when the model is off."""
+        run of steps committed at once) or when the queued work is done.
+
+        Returns when the front end picks these outputs up (s): ``start``, or later when work is queued
+        ahead of them. vLLM stamps a request's TTFT there (``IterationStats.iteration_timestamp``, taken
+        by the API server when it processes the step's outputs: ``vllm/v1/metrics/stats.py``), not at the
+        engine's step end. Model off (or no new tokens): ``start``, nothing queued."""
         new, self.seen_tokens = generated_total - self.seen_tokens, generated_total
-        if self.input_s is None or new <= 0 or self.per_token_s <= 0.0:
-            return
-        self._serve(start, new * self.per_token_s, engine_busy)
+        if self.input_s is None or new <= 0:
+            return start
+        pickup = max(start, self.free_at)
+        if self.per_token_s > 0.0:
+            self._serve(start, new * self.per_token_s, engine_busy)
+        return pickup
 
     def reset(self, now: float) -> None:
         """A new engine (restart; its token counter starts at 0): nothing queued."""
         self.free_at = now
         self.seen_tokens = 0
+
+
+def step_outputs(frontend: FrontEnd, engine, finished, engine_busy: bool, start: float | None = None) -> float:
+    """After ``engine.commit()`` returned ``finished``: queue the committed steps' outputs on ``frontend``
+    from ``start`` (s; default the step's end, ``engine.now``; the virtual-time driver passes the start of
+    a run of steps committed at once) and set ``first_seen`` on every request whose first token the last
+    step made: when the front end picks it up, not before that step's end. Returns that time (s, engine
+    clock)."""
+    picked = frontend.outputs(engine.now if start is None else start, engine.stats.generation_tokens, engine_busy)
+    seen = max(engine.now, picked)
+    for req in (*finished, *engine.running.values()):
+        if req.first_token == engine.now and req.first_seen is None:
+            req.first_seen = seen
+    return seen

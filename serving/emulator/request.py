@@ -31,11 +31,12 @@ class EngineRequest:
     segments, see kvcache.py), ``arrival`` (engine clock, s), ``meta`` (anything the driver needs).
     Timestamps filled by the engine (engine clock, s): ``scheduled`` (first scheduled),
     ``first_token``, ``last_token``, ``finished``; ``finish_reason``; ``out`` = tokens generated.
+    ``first_seen`` (set by a driver with a front-end model): when the API server picked the first token up.
     """
 
     __slots__ = (
         "request_id", "prompt_tokens", "target_out", "length_capped", "max_tokens", "segments", "arrival",
-        "meta", "state", "scheduled", "first_token", "last_token", "finished", "finish_reason", "out",
+        "meta", "state", "scheduled", "first_token", "first_seen", "last_token", "finished", "finish_reason", "out",
         "computed", "target_len", "own_blocks", "shared_blocks", "seg_refs", "next_seg", "looked_up",
         "hit_tokens", "queued", "a", "s_entry", "out_entry", "q", "r", "ver", "prompt_counted", "preemptions",
         "params", "family",
@@ -62,6 +63,7 @@ class EngineRequest:
         self.state = WAITING
         self.scheduled = None
         self.first_token = None
+        self.first_seen = None  # when the API server picked the first token up (frontend.py); None = first_token
         self.last_token = None
         self.finished = None
         self.finish_reason = None

@@ -39,7 +39,7 @@ from starlette.routing import Route
 
 from serving.emulator.engine import DECODE, Engine, EngineRequest
 from serving.emulator.faults import FaultState, error_rates, validate_fault
-from serving.emulator.frontend import FrontEnd
+from serving.emulator.frontend import FrontEnd, step_outputs
 from serving.emulator.openai_api import (CRASH_MESSAGE, context_error, error_body, error_response, output_tokens,
                                          parse_prompt, request_n)
 from serving.emulator.profiles import Profile
@@ -293,8 +293,9 @@ class ReplicaServer:
             if eng is not self.engine:  # crashed while the step ran
                 continue
             finished = eng.commit()
-            # the front end processes this step's outputs (from the step's end)
-            self.frontend.outputs(eng.now, eng.stats.generation_tokens, self._engine_busy())
+            # the front end processes this step's outputs (from the step's end); a first token made in
+            # this step counts for TTFT when the front end picks it up (frontend.py)
+            step_outputs(self.frontend, eng, finished, self._engine_busy())
             for req in finished:
                 self._complete(req)
             for rid in list(eng.running):

@@ -23,9 +23,9 @@ DEFAULT_TOP_P = 1.0
 def engine_span_attributes(req, request_id: str, max_model_len: int | None = None) -> dict:
     """Attributes of the ``llm_request`` span of a finished engine request (``engine.EngineRequest``).
 
-    Times: ``req.arrival``, ``queued``, ``scheduled``, ``first_token``, ``last_token``,
-    ``finished`` in one clock (seconds). ``max_model_len`` (tokens) derives ``max_tokens`` when
-    neither the client nor the driver set it. Output: ``{attribute: str | int | float}``.
+    Times: ``req.arrival``, ``queued``, ``scheduled``, ``first_token`` (TTFT ends at ``first_seen``
+    when set), ``last_token``, ``finished`` in one clock (seconds). ``max_model_len`` (tokens)
+    derives ``max_tokens`` when neither the client nor the driver set it. Output: ``{attribute: str | int | float}``.
     """
     a = {
         sc.GEN_AI_REQUEST_ID: request_id,
@@ -36,7 +36,9 @@ def engine_span_attributes(req, request_id: str, max_model_len: int | None = Non
     if req.scheduled is not None:
         a[sc.GEN_AI_LATENCY_QUEUE] = req.scheduled - req.queued
     if req.first_token is not None:
-        a[sc.GEN_AI_LATENCY_TTFT] = req.first_token - req.arrival
+        # vLLM: arrival -> the API server's pickup of the first token (its first_token_latency)
+        seen = req.first_token if req.first_seen is None else req.first_seen
+        a[sc.GEN_AI_LATENCY_TTFT] = seen - req.arrival
         if req.scheduled is not None:
             a[sc.GEN_AI_LATENCY_PREFILL] = req.first_token - req.scheduled
         last = req.last_token if req.finish_reason != "abort" else req.finished

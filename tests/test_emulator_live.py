@@ -284,12 +284,15 @@ def test_slowdown_ends_at_its_until_time(replica):
     """Issue 17 fault 6: a slowdown announced for N seconds ends after N seconds (it used to last forever)."""
     import time
 
-    replica.set_fault("slowdown", 3.0, until_s=0.3)
+    # 2 s: long enough that the reads below see it on a loaded host (0.3 s ended before them there).
+    set_at = time.monotonic()
+    replica.set_fault("slowdown", 3.0, until_s=2.0)
     assert httpx.get(replica.url + "/admin/faults").json()["slowdown"] == 3.0
     assert replica.server.engine.slowdown == 3.0
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while time.monotonic() < deadline and replica.server.faults.slowdown != 1.0:
         time.sleep(0.05)
+    assert time.monotonic() - set_at >= 2.0  # it did not end early
     assert httpx.get(replica.url + "/admin/faults").json()["slowdown"] == 1.0
     assert replica.server.engine.slowdown == 1.0
     # A newer fault of the same kind replaces the older one's end time; without until_s it stays.

@@ -237,6 +237,8 @@ class Receiver:
 
     def _spool(self, kind: int, payload: bytes, rows: int, newest_ns: int,
                span_ids: bytes | None = None) -> tuple[int, str] | None:
+        if self.config.inserts_in_flight < 2:
+            span_ids = None  # only the side-by-side split checks them: not kept in memory otherwise
         try:
             self.spool.append(kind, payload, rows, newest_ns, span_ids)
         except SpoolFull as exc:

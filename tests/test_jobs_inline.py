@@ -117,3 +117,18 @@ def test_inline_text_rules():
     with pytest.raises(ValueError):
         inline_views("SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})",
                      {"job_a": "SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})"})
+
+
+def test_view_queries_skip_a_job_view_without_the_runners_placeholders():
+    """A stored query that does not bind {ws:DateTime} (another server's formatting) is not used: the
+    runner then reads the view as written."""
+
+    class Store:
+        def query(self, sql, parameters, *, tag):
+            assert "system.tables" in sql and "job_call_costs" in parameters["names"]
+            return type("Result", (), {"result_rows": [
+                ("job_call_costs", "WITH {ws:DateTime} AS ws SELECT 1"), ("job_tasks", "WITH ws_param AS ws SELECT 1"),
+                ("job_reconciliation", ""), ("call_costs", "SELECT * FROM db.call_costs_history")]})()
+
+    assert view_queries(Store(), "SELECT name, as_select FROM system.tables") == {
+        "job_call_costs": "WITH {ws:DateTime} AS ws SELECT 1", "call_costs": "SELECT * FROM db.call_costs_history"}

@@ -74,6 +74,8 @@ def inline_views(statement: str, queries: dict[str, str], *, depth: int = 0) -> 
 def view_queries(store, sql: str) -> dict[str, str]:
     """The stored queries of :data:`JOB_VIEWS` and :data:`PLAIN_VIEWS` in ``store``'s database: view
     name -> query text (``system.tables.as_select``), from the statement ``sql`` (``job_views.sql``).
-    Views with no stored query are left out (then the runner reads the view)."""
+    Views with no stored query, and job views whose query does not bind ``{ws:DateTime}`` (a server
+    that formats a parameterized view's query otherwise), are left out: the runner reads those views."""
     rows = store.query(sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
-    return {name: query for name, query in rows if query}
+    return {name: query for name, query in rows
+            if query and (name in PLAIN_VIEWS or "{ws:DateTime}" in query)}

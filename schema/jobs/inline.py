@@ -1,0 +1,81 @@
+"""The explicit runner's statements with the job views' stored queries in place of the views.
+
+Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
+:func:`schema.jobs.run_jobs` only.
+
+Why: ClickHouse plans a statement that reads a view roughly twice as expensively as the same query
+written out (measured on chDB's engine 26.9, issue 18 item 4: ``SELECT * FROM job_call_costs(...)``
+0.25-0.33 CPU-s of analysis and planning on the calling thread, the view's own query run as the
+statement 0.16-0.19 CPU-s; ``job_resolved_calls`` with the ``job_engine_counters`` it reads,
+0.16-0.23 against 0.09-0.10; the same shape for every job view; schema/jobs/README.md). A trailing
+run is almost all planning, so the runner sends each statement with the views it reads replaced by
+their queries. The SQL is still the one the periodic chain runs: the queries are read from the store
+(``system.tables.as_select``, ``job_views.sql``), as the last migration defined them; nothing is
+restated here.
+
+What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
+
+* a parameterized job view called with the runner's own parameters, ``job_x(ws = {ws:DateTime},
+  we = {we:DateTime}[, run_id = {run_id:UInt64}])``, by ``(<its query>)``: the query binds the same
+  ``{ws:DateTime}``, ... placeholders, so it is the call;
+* a plain view of :data:`PLAIN_VIEWS` read as ``FROM``/``JOIN <view>`` by ``(<its query>) AS <view>``;
+* recursively, inside the inserted queries (``job_replica_minutes`` reads ``job_replica_spend`` and
+  ``call_costs``). Anything else is left as written (a view missing from the store stays a view).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Views the runner's statements read, directly or through another of them (identifiers: an allow-list).
+JOB_VIEWS = (
+    "job_resolved_calls", "job_engine_counters", "job_replica_gauges", "job_reconciliation", "job_call_costs",
+    "job_replica_spend", "job_replica_minutes", "job_tasks", "job_triangle_blocks_due",
+)
+# Non-parameterized views the job views read.
+PLAIN_VIEWS = ("call_costs",)
+
+_CALL = re.compile(r"(?<![\w.`])(?:`?\w+`?\.)?`?(job_\w+)`?"
+                   r"\((ws = \{ws:DateTime\}, we = \{we:DateTime\}(?:, run_id = \{run_id:UInt64\})?)\)")
+_PLAIN = {name: re.compile(rf"\b(FROM|JOIN)\s+(?:`?\w+`?\.)?`?{name}`?(?![\w`(])(\s+AS\s+\w+)?") for name in PLAIN_VIEWS}
+_DEPTH = 8  # views inside views: the job views nest two deep
+
+
+def inline_views(statement: str, queries: dict[str, str], *, depth: int = 0) -> str:
+    """``statement`` with the views of ``queries`` (view name -> its stored query) written out.
+
+    Args:
+        statement: SQL text of one statement (placeholders unbound).
+        queries: stored queries by view name, from :func:`view_queries`; views not in it are kept.
+
+    Returns:
+        The statement text; the same rows as ``statement`` (the same queries, read in place).
+
+    Raises:
+        ValueError: views nested deeper than 8 (a view reading itself).
+    """
+    if depth > _DEPTH:
+        raise ValueError("job views nested too deep to inline")
+
+    def call(match: re.Match) -> str:
+        query = queries.get(match.group(1))
+        return match.group(0) if not query else "(" + inline_views(query, queries, depth=depth + 1) + ")"
+
+    out = _CALL.sub(call, statement)
+    for name, pattern in _PLAIN.items():
+        query = queries.get(name)
+        if query and pattern.search(out):
+            body = inline_views(query, queries, depth=depth + 1)
+            out = pattern.sub(lambda m, body=body, name=name: f"{m.group(1)} ({body})" + (m.group(2) or f" AS {name}"),
+                              out)
+    return out
+
+
+def view_queries(store, sql: str) -> dict[str, str]:
+    """The stored queries of :data:`JOB_VIEWS` and :data:`PLAIN_VIEWS` in ``store``'s database: view
+    name -> query text (``system.tables.as_select``), from the statement ``sql`` (``job_views.sql``).
+    Views with no stored query, and job views whose query does not bind ``{ws:DateTime}`` (a server
+    that formats a parameterized view's query otherwise), are left out: the runner reads those views."""
+    rows = store.query(sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
+    return {name: query for name, query in rows
+            if query and (name in PLAIN_VIEWS or "{ws:DateTime}" in query)}

@@ -1,0 +1,134 @@
+"""The explicit runner sends its statements with the job views written out (schema/jobs/inline.py,
+issue 18 item 4): the rows must be the views' rows.
+
+Every job view the runner's statements read is compared, as the runner sends it (the view replaced by
+its stored query, the views inside it too), with the view itself on the scenario of
+``tests/test_cost_job_views.py`` (counters with hit rates, a failed scrape, a reserved replica never
+up, minutes with counters and no span and the reverse, gap work, rooted and rootless tasks, an
+unattributed call) for three windows; then the text rules on small statements.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from schema import jobs
+from schema.jobs import JOBS_DIR, sql_statements
+from schema.jobs.inline import inline_views, view_queries
+from tests.test_cost_job_views import RUN_ID, assert_same_rows, drop_scratch, fill_scratch, rows, scenario
+from tests.test_cost_support import _module_store, at, cstore  # noqa: F401
+
+WINDOW = "ws = {ws:DateTime}, we = {we:DateTime}"
+RUN = WINDOW + ", run_id = {run_id:UInt64}"
+# view -> (its arguments, the key its rows are sorted by)
+VIEWS = {
+    "job_engine_counters": (WINDOW, ["replica", "minute"]),
+    "job_replica_gauges": (WINDOW, ["replica", "minute"]),
+    "job_resolved_calls": (WINDOW, ["trace_id", "call_id"]),
+    "job_reconciliation": (RUN, ["replica", "minute"]),
+    "job_call_costs": (RUN, ["minute", "call_id"]),
+    "job_replica_spend": (RUN, ["replica", "minute"]),
+    "job_replica_minutes": (RUN, ["replica", "minute"]),
+    "job_tasks": (WINDOW, ["task_id"]),
+}
+
+
+def _queries(store) -> dict[str, str]:
+    return view_queries(store, (JOBS_DIR / "job_views.sql").read_text())
+
+
+@pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
+def test_inlined_views_give_the_views_rows(cstore, lo, hi):
+    scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs history, which replica_minutes and tasks read
+    queries = _queries(cstore)
+    assert set(VIEWS) | {"call_costs"} <= set(queries)
+    p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
+    fill_scratch(cstore, p)
+    cstore.command(sql_statements(JOBS_DIR / "run_reconcile.sql")[0], p, tag="test.inline")
+    seen = {}
+    try:
+        for view, (args, key) in VIEWS.items():
+            sql = f"SELECT * EXCEPT computed_at FROM {view}({args})" if view in (
+                "job_call_costs", "job_replica_minutes", "job_tasks") else f"SELECT * FROM {view}({args})"
+            inlined = inline_views(sql, queries)
+            assert f"{view}(" not in inlined and "job_" not in inlined.replace("job_clock", ""), view
+            seen[view] = rows(cstore, sql, p, key)
+            assert_same_rows(rows(cstore, inlined, p, key), seen[view], view)
+    finally:
+        drop_scratch(cstore, p)
+    if (lo, hi) == (0, 1200):
+        # the rows reach every path the views have (as in test_cost_job_views)
+        assert "estimate" in set(seen["job_resolved_calls"]["cached_source"])
+        rec = seen["job_reconciliation"]
+        assert ((rec["span_work"] == 0) & rec["counter_prompt_tokens"].notna()).any() and (rec["gap_work"] > 0).any()
+        assert set(seen["job_call_costs"]["category"]) >= {"useful", "retry_waste", "failed_task_waste", "unattributed"}
+        assert set(seen["job_tasks"]["outcome"]) == {"success", "failure", "abandoned"}
+        assert (seen["job_replica_minutes"]["allocated_usd"] > 0).any()
+
+
+def test_runner_sends_the_views_written_out(cstore, monkeypatch):
+    """run_jobs' job statements carry the views' queries, not the views; the history rows are those of
+    the statements as written (the views)."""
+    scenario(cstore)
+    sent = []
+    command = type(cstore).command
+
+    def record(self, sql, parameters=None, *, tag, settings=None):
+        sent.append(sql)
+        return command(self, sql, parameters, tag=tag, settings=settings)
+
+    monkeypatch.setattr(type(cstore), "command", record)
+    jobs.run_jobs(cstore, start=at(0), end=at(1200), workers=1)
+    inserts = [s for s in sent if s.startswith("INSERT INTO") and ("_history" in s or "_runs" in s)]
+    assert len(inserts) >= 7 and not any("job_" in s for s in inserts)
+    monkeypatch.undo()
+    history = "SELECT * EXCEPT computed_at FROM {table}_history ORDER BY {key}"
+    got = {t: cstore.query_df(history.format(table=t, key=k), tag="test.inline")
+           for t, k in (("call_costs", "minute, call_id"), ("replica_minutes", "minute, replica"), ("tasks", "task_id"))}
+    # the same window through the views (the runner's .sql files as written)
+    params = {"ws": at(0), "we": at(1200), "run_id": RUN_ID}
+    for name in ("delete_call_costs", "delete_replica_minutes", "delete_tasks", "run_inputs", "run_resolve",
+                 "run_reconcile", "run_call_costs", "run_replica_minutes", "drop_scratch", "run_tasks"):
+        for statement in sql_statements(JOBS_DIR / f"{name}.sql"):
+            cstore.command(statement, params, tag="test.inline")
+    for table, key in (("call_costs", ["minute", "call_id"]), ("replica_minutes", ["minute", "replica"]),
+                       ("tasks", ["task_id"])):
+        assert_same_rows(got[table].sort_values(key, kind="stable").reset_index(drop=True),
+                         rows(cstore, history.format(table=table, key=", ".join(key)), {}, key), table)
+
+
+def test_inline_text_rules():
+    queries = {
+        "job_a": "WITH {ws:DateTime} AS ws SELECT x FROM job_b(ws = {ws:DateTime}, we = {we:DateTime}) JOIN call_costs AS cc ON 1",
+        "job_b": "SELECT x FROM db.call_costs WHERE minute >= {ws:DateTime}",
+        "call_costs": "SELECT * FROM db.call_costs_history",
+    }
+    # the runner's own placeholders: written out, nested views too, aliases kept or added
+    out = inline_views("INSERT INTO t SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime}, run_id = {run_id:UInt64})",
+                       queries)
+    assert out == ("INSERT INTO t SELECT * FROM (WITH {ws:DateTime} AS ws SELECT x FROM "
+                   "(SELECT x FROM (SELECT * FROM db.call_costs_history) AS call_costs WHERE minute >= {ws:DateTime}) "
+                   "JOIN (SELECT * FROM db.call_costs_history) AS cc ON 1)")
+    # other arguments (the periodic chain's subqueries), unknown views and lookalike names are kept
+    kept = ("SELECT * FROM job_a(ws = (SELECT max(ws) FROM job_clock), we = {we:DateTime}) "
+            "UNION ALL SELECT * FROM job_c(ws = {ws:DateTime}, we = {we:DateTime}) UNION ALL SELECT * FROM call_costs_history")
+    assert inline_views(kept, queries) == kept
+    with pytest.raises(ValueError):
+        inline_views("SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})",
+                     {"job_a": "SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})"})
+
+
+def test_view_queries_skip_a_job_view_without_the_runners_placeholders():
+    """A stored query that does not bind {ws:DateTime} (another server's formatting) is not used: the
+    runner then reads the view as written."""
+
+    class Store:
+        def query(self, sql, parameters, *, tag):
+            assert "system.tables" in sql and "job_call_costs" in parameters["names"]
+            return type("Result", (), {"result_rows": [
+                ("job_call_costs", "WITH {ws:DateTime} AS ws SELECT 1"), ("job_tasks", "WITH ws_param AS ws SELECT 1"),
+                ("job_reconciliation", ""), ("call_costs", "SELECT * FROM db.call_costs_history")]})()
+
+    assert view_queries(Store(), "SELECT name, as_select FROM system.tables") == {
+        "job_call_costs": "WITH {ws:DateTime} AS ws SELECT 1", "call_costs": "SELECT * FROM db.call_costs_history"}

@@ -42,7 +42,8 @@ def heatmap(df: pd.DataFrame, title: str) -> alt.Chart:
                     y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{title} bucket"),
                     color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title="requests",
                                     legend=charts.LEGEND_QUANT),
-                    tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), "le_label:O", "requests:Q"])
+                    tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("le_label:O"),
+                             alt.Tooltip("requests:Q")])
             .properties(height=260))
 
 
@@ -53,7 +54,8 @@ def distribution(df: pd.DataFrame) -> alt.Chart:
     return (alt.Chart(d).mark_bar()
             .encode(x=alt.X("le_label:O", sort=order, title="time (upper bound of vLLM's bucket)"),
                     y=alt.Y("requests:Q", title="requests"), color=alt.Color("phase:N", legend=charts.LEGEND),
-                    xOffset="phase:N", tooltip=["phase:N", "le_label:O", "requests:Q"])
+                    xOffset=alt.XOffset("phase:N"),
+                    tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("le_label:O"), alt.Tooltip("requests:Q")])
             .properties(height=240))
 
 

@@ -86,8 +86,9 @@ def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height
 
 
 def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height: int = 220) -> alt.Chart:
-    """One line per value of ``group``."""
-    return (alt.Chart(df.dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
+    """One line per value of ``group``. Only the three columns drawn go to the browser (the live page's
+    per-replica frame has 16 more, serialised to Arrow for each chart and unused)."""
+    return (alt.Chart(df[[x, y, group]].dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
             .encode(x=time_x(df, x), y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=",.3~r")),
                     color=alt.Color(f"{group}:N", title=group, legend=LEGEND),
                     tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), alt.Tooltip(f"{group}:N"),

@@ -159,6 +159,9 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     assert line["encoding"]["tooltip"][1] == {"field": "series", "type": "nominal"}
     assert specs[1]["layer"][2]["encoding"]["tooltip"][1] == {"field": "replica", "type": "nominal"}
     assert specs[5]["encoding"]["xOffset"] == {"field": "phase", "type": "nominal"}
+    # by_group sends only the three columns it draws
+    group_data = specs[1]["datasets"][specs[1]["layer"][2]["data"]["name"]]
+    assert [sorted(r) for r in group_data] == [["bucket", "p95", "replica"]] * 6
     assert schemapi.DEBUG_MODE is False
     bad = alt.Chart(df).mark_line().encode(x=alt.X("bucket:T", axis=alt.Axis(format=5)))
     with pytest.raises(schemapi.SchemaValidationError):

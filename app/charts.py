@@ -63,10 +63,10 @@ def with_annotations(chart: alt.Chart, annotations: pd.DataFrame | None) -> alt.
     if annotations is None or not len(annotations):
         return chart
     band = alt.Chart(annotations).mark_rect(opacity=0.06, color="#d62728").encode(
-        x="start:T", x2="end:T", tooltip=[alt.Tooltip("label:N", title="alert"),
+        x=alt.X("start:T"), x2=alt.X2("end:T"), tooltip=[alt.Tooltip("label:N", title="alert"),
                                           alt.Tooltip("start:T", title="fired", format="%Y-%m-%d %H:%M"),
                                           alt.Tooltip("end:T", title="until", format="%Y-%m-%d %H:%M")])
-    rule = alt.Chart(annotations).mark_rule(color="#d62728", strokeDash=[4, 2]).encode(x="start:T")
+    rule = alt.Chart(annotations).mark_rule(color="#d62728", strokeDash=[4, 2]).encode(x=alt.X("start:T"))
     return alt.layer(band, rule, chart)
 
 
@@ -81,16 +81,17 @@ def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height
                     y=alt.Y("value:Q", title=y_title, axis=alt.Axis(format=",.3~r")),
                     color=alt.Color("series:N", title=None, sort=list(series.values()), legend=LEGEND),
                     tooltip=[alt.Tooltip(f"{x}:T", title=x_title, format="%Y-%m-%d %H:%M:%S"),
-                             "series:N", alt.Tooltip("value:Q", format=",.3f")])
+                             alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=",.3f")])
             .properties(height=height))
 
 
 def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height: int = 220) -> alt.Chart:
-    """One line per value of ``group``."""
-    return (alt.Chart(df.dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
+    """One line per value of ``group``. Only the three columns drawn go to the browser (the live page's
+    per-replica frame has 16 more, serialised to Arrow for each chart and unused)."""
+    return (alt.Chart(df[[x, y, group]].dropna(subset=[y])).mark_line(point=alt.OverlayMarkDef(size=12))
             .encode(x=time_x(df, x), y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=",.3~r")),
                     color=alt.Color(f"{group}:N", title=group, legend=LEGEND),
-                    tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), f"{group}:N",
+                    tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), alt.Tooltip(f"{group}:N"),
                              alt.Tooltip(f"{y}:Q", format=",.3f")])
             .properties(height=height))
 
@@ -98,7 +99,7 @@ def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height:
 def bars(df: pd.DataFrame, category: str, value: str, value_title: str, height: int = 220,
          color: str | None = None) -> alt.Chart:
     enc = dict(y=alt.Y(f"{category}:N", title=None, sort="-x"), x=alt.X(f"{value}:Q", title=value_title),
-               tooltip=[f"{category}:N", alt.Tooltip(f"{value}:Q", format=",.4f")])
+               tooltip=[alt.Tooltip(f"{category}:N"), alt.Tooltip(f"{value}:Q", format=",.4f")])
     if color:
         enc["color"] = alt.Color(f"{color}:N", title=None)
     return alt.Chart(df).mark_bar().encode(**enc).properties(height=height)

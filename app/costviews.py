@@ -132,7 +132,7 @@ def stacked_categories(long: pd.DataFrame, by: str) -> alt.Chart:
                     color=alt.Color("category:N", sort=order,
                                     scale=alt.Scale(domain=order, range=[CATEGORY_COLORS[c] for c in order])),
                     order=alt.Order("category_rank:Q"),
-                    tooltip=["grp:N", "category:N", alt.Tooltip("sum(usd):Q", format="$,.4f", title="USD")])
+                    tooltip=[alt.Tooltip("grp:N"), alt.Tooltip("category:N"), alt.Tooltip("sum(usd):Q", format="$,.4f", title="USD")])
             .transform_calculate(category_rank=f"indexof({order!r}, datum.category)")
             .properties(height=max(120, 36 * long["grp"].nunique())))
 

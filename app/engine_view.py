@@ -37,12 +37,13 @@ def heatmap(df: pd.DataFrame, title: str) -> alt.Chart:
     d = df[df["requests"] > 0].copy()
     d["le_label"] = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in d["le"]]
     order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
-    return (alt.Chart(d).mark_rect()
+    return (alt.Chart(d[["bucket", "le_label", "requests"]]).mark_rect()
             .encode(x=charts.time_x(d, "bucket"),
                     y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{title} bucket"),
                     color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title="requests",
                                     legend=charts.LEGEND_QUANT),
-                    tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), "le_label:O", "requests:Q"])
+                    tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("le_label:O"),
+                             alt.Tooltip("requests:Q")])
             .properties(height=260))
 
 
@@ -50,10 +51,11 @@ def distribution(df: pd.DataFrame) -> alt.Chart:
     d = df[df["requests"] > 0].copy()
     d["le_label"] = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in d["le"]]
     order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
-    return (alt.Chart(d).mark_bar()
+    return (alt.Chart(d[["le_label", "requests", "phase"]]).mark_bar()
             .encode(x=alt.X("le_label:O", sort=order, title="time (upper bound of vLLM's bucket)"),
                     y=alt.Y("requests:Q", title="requests"), color=alt.Color("phase:N", legend=charts.LEGEND),
-                    xOffset="phase:N", tooltip=["phase:N", "le_label:O", "requests:Q"])
+                    xOffset=alt.XOffset("phase:N"),
+                    tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("le_label:O"), alt.Tooltip("requests:Q")])
             .properties(height=240))
 
 

@@ -126,3 +126,43 @@ def test_time_axes_use_a_24_hour_clock():
     assert time_format(day) == "%H:%M"
     assert time_format(pd.date_range("2026-12-01", periods=8, freq="D")) == "%m-%d %H:%M"
     assert "%I" not in time_format(day) and "%p" not in time_format(day)
+
+
+def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(monkeypatch):
+    """Issue 18 item 3: every shorthand string in an encoding went through Altair's ``from_dict``, which
+    rebuilt a hash table of all its schema classes each time (~6 ms; 36 a live-page load). The shared
+    builders pass channel objects; the spec is the same. Altair's per-object checks are off in the
+    dashboard (app.ui), but a drawn spec is still validated whole."""
+    import altair as alt
+    from altair.utils import schemapi
+
+    from app import charts, engine_view, ui  # noqa: F401 - ui turns Altair's per-object checks off
+
+    built = []
+    original = schemapi._FromDict.__init__
+    monkeypatch.setattr(schemapi._FromDict, "__init__", lambda self, *a, **k: (built.append(1), original(self, *a, **k))[1])
+    t = pd.date_range("2026-12-01 00:00", periods=3, freq="h")
+    df = pd.DataFrame({"bucket": list(t) * 2, "replica": ["r1"] * 3 + ["r2"] * 3, "p95": [1.0, 2, 3, 4, 5, 6]})
+    notes = pd.DataFrame({"start": [t[0]], "end": [t[1]], "label": ["ttft_slo"]})
+    hist = pd.DataFrame({"bucket": t, "le": [0.1, 0.5, float("inf")], "requests": [3, 2, 1], "phase": ["queue"] * 3})
+    specs = [c.to_dict() for c in (
+        charts.with_annotations(charts.lines(df, "bucket", {"p95": "p95"}, "s"), notes),
+        charts.with_annotations(charts.by_group(df, "bucket", "p95", "replica", "s"), notes),
+        charts.bars(df, "replica", "p95", "s"),
+        costviews.stacked_categories(pd.DataFrame({"grp": ["a"], "category": ["useful"], "usd": [1.0]}), "tenant"),
+        engine_view.heatmap(hist, "TTFT"), engine_view.distribution(hist))]
+    assert built == []
+    band, rule, line = specs[0]["layer"]
+    assert band["encoding"]["x"] == {"field": "start", "type": "temporal"}
+    assert band["encoding"]["x2"] == {"field": "end"}
+    assert rule["encoding"]["x"] == {"field": "start", "type": "temporal"}
+    assert line["encoding"]["tooltip"][1] == {"field": "series", "type": "nominal"}
+    assert specs[1]["layer"][2]["encoding"]["tooltip"][1] == {"field": "replica", "type": "nominal"}
+    assert specs[5]["encoding"]["xOffset"] == {"field": "phase", "type": "nominal"}
+    # by_group sends only the three columns it draws
+    group_data = specs[1]["datasets"][specs[1]["layer"][2]["data"]["name"]]
+    assert [sorted(r) for r in group_data] == [["bucket", "p95", "replica"]] * 6
+    assert schemapi.DEBUG_MODE is False
+    bad = alt.Chart(df).mark_line().encode(x=alt.X("bucket:T", axis=alt.Axis(format=5)))
+    with pytest.raises(schemapi.SchemaValidationError):
+        bad.to_dict()

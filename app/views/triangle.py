@@ -73,9 +73,9 @@ points = base.mark_circle(opacity=0.75, stroke="white", strokeWidth=0.5).encode(
 current = base.transform_filter(alt.datum.point == "current (latest window)").mark_point(
     shape="diamond", size=320, filled=False, strokeWidth=2.5, color="black").encode(tooltip=tooltip)
 labels = base.transform_filter(alt.datum.point == "current (latest window)").mark_text(
-    dx=12, dy=-10, fontWeight="bold", align="left").encode(text="replica:N")
+    dx=12, dy=-10, fontWeight="bold", align="left").encode(text=alt.Text("replica:N"))
 frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2, interpolate="step-after"
-                                           ).encode(x=f"{x}:Q", y=f"{y}:Q")
+                                           ).encode(x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q"))
 st.altair_chart((points + frontier_line + current + labels).properties(height=520).interactive(), width="stretch")
 st.markdown(
     "**Reading it.** Each dot is one replica over one window. Right is more throughput, down is a better tail; "

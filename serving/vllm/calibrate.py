@@ -41,6 +41,16 @@ the measured experiments in shuffled order.
    shared 2-core host it read 0.11 to 1.0+ in six runs (load 24-35). KV reads are folded into the two
    slopes (the tiny model reads ~4 KiB of KV per token).
 
+5. Fitted to the spans of traffic (``fit_to_traffic``; the fidelity check, which reads vLLM's spans
+   of every calibration-traffic run from the store): the lone-request values above miss what traffic
+   does on a shared CPU. The front end's input time measured on lone requests (6-11 ms) is ~2-5 ms under
+   traffic (TTFT - queue - prefill, median 3.1-4.5 ms on real requests at load 13-17 against 12-16 ms
+   emulated with the lone value, which inflates TTFT p50 by 12-24%); prefill steps beside decodes and
+   other prefills run slower than lone ones. So, replaying the traffic in virtual time with the front
+   end (``replay_traffic``), the prefill slope, ``frontend_input`` and ``base`` are set so that the
+   medians of queue + prefill, of TTFT - queue - prefill and of per-request ITL match the spans'
+   (medians: a host stall moves a few requests, not the fit).
+
 Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
 (API server, engine core, worker) spent waiting for a CPU (the kernel's schedstats), so a calibration
 and a check can say how busy the host was around each.
@@ -246,7 +256,8 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
     batch per decode experiment), so a stall of a shared CPU moves a point less than a mean would.
     Returns ``{"base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s",
     "kv_read_per_token_s": 0.0, "frontend_input_s", "frontend_per_token_s", "frontend_busy_share",
-    "points": {...}}``; ``points`` holds the medians fitted and the front end's CPU fit.
+    "points": {...}}``; ``points`` holds the medians fitted, the front end's CPU fit and
+    ``traffic_window_utc`` (the UTC datetimes around the calibration traffic run, for reading its spans).
     """
     rng = random.Random(seed)
     # Warm-up: one unmeasured experiment of every kind and size (the first request of a size pays

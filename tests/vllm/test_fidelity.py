@@ -52,10 +52,10 @@ KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # vLLM's API-server process (serving/emulator/frontend.py: input and output work, TTFT ending at its pickup
 # of the first token, as vLLM stamps it); the check fits prefill slope, front-end input and decode base to
 # the medians of vLLM's spans of the calibration traffic and compares pooled quantiles of alternating runs
-# (module doc). In the runs since (2026-12-01 19:08-20:13 UTC, load 3-26 from two other jobs on 2 cores;
+# (module doc). In the runs since (2026-12-01 19:08-20:21 UTC, load 3-26 from two other jobs on 2 cores;
 # each run's figures in serving/emulator/README.md): throughput 1.00-1.09, TTFT p50 and ITL within 25% in
-# every run but at the edge in some (1.21, 1.23, 0.78), TTFT p95 0.13-0.68 in all but the quietest (0.90 at
-# load 3-5, the only pass): the real tails are
+# every run but at the edge in some (1.21, 1.23, 0.78), TTFT p95 0.13-0.68 in all but the two quietest (0.90, 0.82:
+# passed, vLLM's worker waiting 13-20%): the real tails are
 # host stalls (vLLM's worker waiting 14-79% of its runnable time) and bursts of requests sent over up to
 # 0.5 s stamped within 10 ms and prefilled in one step (README), which the model lacks; a virtual replay of
 # the fitted profile gives real TTFT p50 within 0.84-1.08, the live emulated replica adds its own wait on

@@ -79,3 +79,48 @@ def test_fresh_prompts_change_the_ids_not_the_shape():
         ids_a, ids_b = cal.prompt_ids(a.prompt_tokens, a.seed), cal.prompt_ids(b.prompt_tokens, b.seed)
         assert len(ids_a) == len(ids_b) and ids_a[:16] != ids_b[:16]  # the first (cache) block differs
     assert {r.seed for r in cal.fresh_prompts(w, 2)}.isdisjoint({r.seed for r in again} | {r.seed for r in w})
+
+
+FIELDS = {"base_s": 0.003, "prefill_per_token_s": 5e-5, "decode_per_seq_s": 0.0, "frontend_input_s": 0.002,
+          "frontend_per_token_s": 0.001, "frontend_busy_share": 0.5}
+
+
+def test_replay_traffic_splits_ttft_as_vllm_spans_do():
+    # A arrives at 0 on an idle host: input 2 ms -> queued at 2, prefill step 3 + 40 x 0.05 = 5 ms -> first
+    # token at 7. B arrives at 6 while A's prefill runs: input at half speed, 4 ms -> queued at 10, so the
+    # front end picks A's first token up at 10 (TTFT 10 = 5 engine + 5 front end) and then has A's token
+    # to process (1 ms at half speed: free at 12). A decodes 7-10; B joins the step at 10 (prefill 5 ms,
+    # A's decode beside it) -> first token 15, picked up at 15: TTFT 9 = 5 engine + 4 input. A's four
+    # tokens after the first end at 10, 15, 18, 21: ITL (21 - 7) / 4 = 3.5 ms; B's at 18, 21, 24, 27: 3 ms.
+    a, b = cal.replay_traffic([cal.Req(0.0, 40, 5, 1), cal.Req(0.006, 40, 5, 2)], FIELDS)
+    assert a == {"ttft_s": pytest.approx(0.010), "engine_s": pytest.approx(0.005), "split_s": pytest.approx(0.005),
+                 "itl_s": pytest.approx(0.0035)}
+    assert b == {"ttft_s": pytest.approx(0.009), "engine_s": pytest.approx(0.005), "split_s": pytest.approx(0.004),
+                 "itl_s": pytest.approx(0.003)}
+    # one output token: no ITL
+    assert cal.replay_traffic([cal.Req(0.0, 40, 1, 1)], FIELDS)[0]["itl_s"] is None
+
+
+def test_fit_to_traffic_recovers_the_fields_that_made_the_spans():
+    traffic = cal.fidelity_workload(seed=cal.CALIBRATION_SEED)
+    truth = {**FIELDS, "base_s": 0.004, "prefill_per_token_s": 7e-5, "frontend_input_s": 0.003,
+             "frontend_per_token_s": 5e-4, "decode_per_seq_s": 2e-4}
+    spans = [{"ttft_s": r["ttft_s"], "queue_s": 0.0, "prefill_s": r["engine_s"],
+              "decode_s": r["itl_s"] * (q.max_tokens - 1), "output_tokens": q.max_tokens}
+             for r, q in zip(cal.replay_traffic(traffic, truth), traffic)]
+    # lone-request values off by 1.5-3x (as on a real host), the slopes kept
+    measured = {**truth, "base_s": 0.006, "prefill_per_token_s": 4e-5, "frontend_input_s": 0.009,
+                "input_overhead_s": 0.009, "points": {"x": 1}}
+    fit = cal.fit_to_traffic(measured, spans)
+    assert fit["base_s"] == pytest.approx(0.004, rel=0.02)
+    assert fit["prefill_per_token_s"] == pytest.approx(7e-5, rel=0.02)
+    assert fit["frontend_input_s"] == fit["input_overhead_s"] == pytest.approx(0.003, rel=0.05)
+    assert fit["points"]["x"] == 1 and fit["points"]["traffic_fit"]["requests"] == len(traffic)
+    assert fit["points"]["traffic_fit"]["lone_request_fields"]["frontend_input_s"] == 0.009
+    assert measured["base_s"] == 0.006  # not modified
+
+
+def test_solve_increasing_bisects_and_clamps():
+    assert cal.solve_increasing(lambda x: x * x, 2.0, 0.0, 4.0, tol=1e-9) == pytest.approx(2 ** 0.5, abs=1e-8)
+    assert cal.solve_increasing(lambda x: x, 10.0, 0.0, 4.0) == 4.0
+    assert cal.solve_increasing(lambda x: x, -1.0, 0.0, 4.0) == 0.0

@@ -41,6 +41,16 @@ the measured experiments in shuffled order.
    shared 2-core host it read 0.11 to 1.0+ in six runs (load 24-35). KV reads are folded into the two
    slopes (the tiny model reads ~4 KiB of KV per token).
 
+5. Fitted to the spans of traffic (``fit_to_traffic``; the fidelity check, which reads vLLM's spans
+   of every calibration-traffic run from the store): the lone-request values above miss what traffic
+   does on a shared CPU. The front end's input time measured on lone requests (6-11 ms) is ~2-5 ms under
+   traffic (TTFT - queue - prefill, median 3.1-4.5 ms on real requests at load 13-17 against 12-16 ms
+   emulated with the lone value, which inflates TTFT p50 by 12-24%); prefill steps beside decodes and
+   other prefills run slower than lone ones. So, replaying the traffic in virtual time with the front
+   end (``replay_traffic``), the prefill slope, ``frontend_input`` and ``base`` are set so that the
+   medians of queue + prefill, of TTFT - queue - prefill and of per-request ITL match the spans'
+   (medians: a host stall moves a few requests, not the fit).
+
 Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
 (API server, engine core, worker) spent waiting for a CPU (the kernel's schedstats), so a calibration
 and a check can say how busy the host was around each.
@@ -55,10 +65,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import random
 import statistics
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import httpx
 
@@ -244,7 +256,8 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
     batch per decode experiment), so a stall of a shared CPU moves a point less than a mean would.
     Returns ``{"base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s",
     "kv_read_per_token_s": 0.0, "frontend_input_s", "frontend_per_token_s", "frontend_busy_share",
-    "points": {...}}``; ``points`` holds the medians fitted and the front end's CPU fit.
+    "points": {...}}``; ``points`` holds the medians fitted, the front end's CPU fit and
+    ``traffic_window_utc`` (the UTC datetimes around the calibration traffic run, for reading its spans).
     """
     rng = random.Random(seed)
     # Warm-up: one unmeasured experiment of every kind and size (the first request of a size pays
@@ -291,7 +304,9 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
     # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: 0.11 to
     # 1.0+ in six runs at load 24-35, 2026-12-01); the profile keeps FRONTEND_BUSY_SHARE
     busy_measured = input_s / statistics.median(busy) if busy and statistics.median(busy) > 0 else None
+    since = datetime.now(timezone.utc)
     per_token, traffic_wait = traffic_decode_per_token(url, model, pgid)
+    window = (since, datetime.now(timezone.utc))
     base = fit_base_to_traffic(fidelity_workload(seed=CALIBRATION_SEED), per_token,
                                prefill_per_token_s=max(p_slope, 0.0), decode_per_seq_s=max(d_slope, 0.0),
                                input_overhead_s=input_s)
@@ -308,6 +323,7 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
                        "decode_step_s_per_experiment": d_rows,
                        "busy_probe_overhead_s": busy, "frontend_busy_share_measured": busy_measured,
                        "traffic_decode_s_per_token": per_token, "traffic_wait_share": traffic_wait,
+                       "traffic_window_utc": window,
                        "api_server_cpu_s": {"per_experiment": scrape_cpu, "per_request": req_cpu,
                                             "per_output_token": tok_cpu, "experiments": len(cpu_rows),
                                             "total": sum(r[2] for r in cpu_rows)}}}
@@ -418,14 +434,102 @@ def fit_base_to_traffic(reqs: list[Req], decode_s_per_token: float, *, prefill_p
                        for i, r in enumerate(reqs)])
         return sum(d.last_token - d.first_token for d in done) / tokens
 
-    if per_token(lo) >= decode_s_per_token:
+    return solve_increasing(per_token, decode_s_per_token, lo, hi)
+
+
+def replay_traffic(reqs: list[Req], fields: dict) -> list[dict]:
+    """``reqs`` replayed in virtual time on an engine and front end (serving/emulator/frontend.py) with
+    the profile ``fields`` of a ``calibrate`` result (``base_s``, ``prefill_per_token_s``,
+    ``decode_per_seq_s``, ``frontend_input_s``, ``frontend_per_token_s``, ``frontend_busy_share``), one
+    step at a time as the live replica runs, no noise. Per request, in ``reqs`` order, TTFT split as
+    vLLM's spans split it (s): ``{"ttft_s", "engine_s"`` (queue + prefill: engine queue -> first token),
+    ``"split_s"`` (TTFT - queue - prefill: the front end's input time and its pickup of the first
+    token), ``"itl_s"`` (decode / (output tokens - 1), None for one token)``}``."""
+    import heapq
+    from dataclasses import replace
+
+    from serving.emulator.engine import Engine, EngineRequest
+    from serving.emulator.frontend import FrontEnd, step_outputs
+    from serving.emulator.profiles import get_profile
+
+    prof = replace(get_profile("cpu-tiny-llama"), noise_sigma=0.0, kv_read_per_token_s=0.0,
+                   **{k: fields[k] for k in ("base_s", "prefill_per_token_s", "decode_per_seq_s", "frontend_input_s",
+                                             "frontend_per_token_s", "frontend_busy_share")})
+    eng, fe = Engine(prof, seed=0), FrontEnd(prof)
+    todo = [EngineRequest(f"c{i}", r.prompt_tokens, r.max_tokens, arrival=r.at_s) for i, r in enumerate(reqs)]
+    arrivals = sorted(todo, key=lambda r: r.arrival)
+    joins: list[tuple[float, int, EngineRequest]] = []
+    i = 0
+    while i < len(arrivals) or joins or not eng.idle() or eng.pending is not None:
+        ta = arrivals[i].arrival if i < len(arrivals) else math.inf
+        tj = joins[0][0] if joins else math.inf
+        end = eng.plan(max_steps=1)
+        if end is not None and end < min(ta, tj):  # a request joining at a step's end is in the next step
+            finished = eng.commit()
+            step_outputs(fe, eng, finished, not eng.idle())  # as the live replica (server.py)
+        elif ta <= tj:
+            busy = not eng.idle() or eng.pending is not None
+            heapq.heappush(joins, (fe.admit(ta, busy), i, arrivals[i]))
+            i += 1
+        else:
+            _, _, r = heapq.heappop(joins)
+            eng.add(r, now=tj)
+    out = []
+    for r in todo:
+        ttft = (r.first_token if r.first_seen is None else r.first_seen) - r.arrival
+        out.append({"ttft_s": ttft, "engine_s": r.first_token - r.queued, "split_s": ttft - (r.first_token - r.queued),
+                    "itl_s": (r.last_token - r.first_token) / (r.out - 1) if r.out > 1 else None})
+    return out
+
+
+def solve_increasing(f, target: float, lo: float, hi: float, tol: float = 1e-6) -> float:
+    """``x`` in [lo, hi] with ``f(x) = target`` for a non-decreasing ``f``, by bisection to ``tol``;
+    ``lo`` or ``hi`` when the target lies outside ``[f(lo), f(hi)]``."""
+    if f(lo) >= target:
         return lo
-    if per_token(hi) <= decode_s_per_token:
+    if f(hi) <= target:
         return hi
-    while hi - lo > 1e-6:
+    while hi - lo > tol:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if per_token(mid) < decode_s_per_token else (lo, mid)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
     return (lo + hi) / 2
+
+
+def fit_to_traffic(measured: dict, spans: list[dict], rounds: int = 3) -> dict:
+    """``measured`` (a ``calibrate`` result) with three fields fitted to vLLM's spans of runs of the
+    calibration traffic (method 5 of the module doc): ``spans`` holds one dict per request of every run
+    of ``fidelity_workload(seed=CALIBRATION_SEED)`` (any number of runs, pooled) with ``ttft_s``,
+    ``queue_s``, ``prefill_s``, ``decode_s`` (s) and ``output_tokens``. Replaying that traffic in
+    virtual time (``replay_traffic``), each field is set so that one median matches the spans':
+    ``prefill_per_token_s`` the median of queue + prefill, ``frontend_input_s`` (and ``input_overhead_s``,
+    the same time with the front-end model off) the median of TTFT - queue - prefill, ``base_s`` the
+    median per-request ITL (decode / (tokens - 1)). Medians, as the check compares: a stall of the
+    host moves a few requests, not the fit. Each is monotonic in its field and solved by bisection
+    (prefill slope in [0, 1 ms] a token, input in [0, 50 ms], base in [0.1, 200 ms]); the three move
+    each other a little (a prefill step delays the decodes beside it), so they are solved in turn
+    ``rounds`` times. ``points.traffic_fit`` keeps the targets and the lone-request values replaced.
+    Raises statistics.StatisticsError when ``spans`` is empty."""
+    traffic = fidelity_workload(seed=CALIBRATION_SEED)
+    target = {"engine_s": statistics.median(q["queue_s"] + q["prefill_s"] for q in spans),
+              "split_s": statistics.median(q["ttft_s"] - q["queue_s"] - q["prefill_s"] for q in spans),
+              "itl_s": statistics.median(q["decode_s"] / (q["output_tokens"] - 1) for q in spans
+                                         if q["output_tokens"] > 1)}
+    out = dict(measured)
+
+    def solve(key: str, field: str, lo: float, hi: float, tol: float = 1e-6) -> float:
+        def med(x: float) -> float:
+            return statistics.median(r[key] for r in replay_traffic(traffic, {**out, field: x}) if r[key] is not None)
+        return solve_increasing(med, target[key], lo, hi, tol)
+
+    for _ in range(rounds):
+        out["prefill_per_token_s"] = solve("engine_s", "prefill_per_token_s", 0.0, 1e-3, tol=1e-8)
+        out["frontend_input_s"] = out["input_overhead_s"] = solve("split_s", "frontend_input_s", 0.0, 0.05)
+        out["base_s"] = solve("itl_s", "base_s", 1e-4, 0.2)
+    out["points"] = {**measured.get("points", {}), "traffic_fit": {
+        "target_median_s": target, "requests": len(spans),
+        "lone_request_fields": {k: measured[k] for k in ("base_s", "prefill_per_token_s", "frontend_input_s",
+                                                          "input_overhead_s")}}}
+    return out
 
 
 def _front_end_cpu(rows: list[tuple[int, int, float]]) -> tuple[float, float, float]:

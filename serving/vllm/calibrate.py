@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import random
 import statistics
 import time
@@ -445,35 +444,18 @@ def replay_traffic(reqs: list[Req], fields: dict) -> list[dict]:
     vLLM's spans split it (s): ``{"ttft_s", "engine_s"`` (queue + prefill: engine queue -> first token),
     ``"split_s"`` (TTFT - queue - prefill: the front end's input time and its pickup of the first
     token), ``"itl_s"`` (decode / (output tokens - 1), None for one token)``}``."""
-    import heapq
     from dataclasses import replace
 
     from serving.emulator.engine import Engine, EngineRequest
-    from serving.emulator.frontend import FrontEnd, step_outputs
+    from serving.emulator.frontend import FrontEnd
     from serving.emulator.profiles import get_profile
+    from serving.emulator.virtual import replay_with_frontend
 
     prof = replace(get_profile("cpu-tiny-llama"), noise_sigma=0.0, kv_read_per_token_s=0.0,
                    **{k: fields[k] for k in ("base_s", "prefill_per_token_s", "decode_per_seq_s", "frontend_input_s",
                                              "frontend_per_token_s", "frontend_busy_share")})
-    eng, fe = Engine(prof, seed=0), FrontEnd(prof)
     todo = [EngineRequest(f"c{i}", r.prompt_tokens, r.max_tokens, arrival=r.at_s) for i, r in enumerate(reqs)]
-    arrivals = sorted(todo, key=lambda r: r.arrival)
-    joins: list[tuple[float, int, EngineRequest]] = []
-    i = 0
-    while i < len(arrivals) or joins or not eng.idle() or eng.pending is not None:
-        ta = arrivals[i].arrival if i < len(arrivals) else math.inf
-        tj = joins[0][0] if joins else math.inf
-        end = eng.plan(max_steps=1)
-        if end is not None and end < min(ta, tj):  # a request joining at a step's end is in the next step
-            finished = eng.commit()
-            step_outputs(fe, eng, finished, not eng.idle())  # as the live replica (server.py)
-        elif ta <= tj:
-            busy = not eng.idle() or eng.pending is not None
-            heapq.heappush(joins, (fe.admit(ta, busy), i, arrivals[i]))
-            i += 1
-        else:
-            _, _, r = heapq.heappop(joins)
-            eng.add(r, now=tj)
+    replay_with_frontend(Engine(prof, seed=0), FrontEnd(prof), todo)
     out = []
     for r in todo:
         ttft = (r.first_token if r.first_seen is None else r.first_seen) - r.arrival

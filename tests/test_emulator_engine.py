@@ -167,3 +167,42 @@ def test_prompt_that_can_never_fit_is_rejected_not_stuck():
     done = replay(eng, [huge, small])
     assert {r.request_id: r.finish_reason for r in done} == {"huge": "error", "small": "stop"}
     assert eng.stats.request_success["error"] == 1 and eng.idle()
+
+
+def _step(eng: Engine) -> None:
+    """One step as the live replica drives it (server.py: plan one step, commit it)."""
+    assert eng.plan(max_steps=1) is not None
+    eng.commit()
+
+
+def test_request_handed_over_after_a_step_starts_waits_for_the_next_boundary():
+    # A live replica's model clock can run behind the wall clock after a host stall (steps follow each
+    # other in model time); a request handed over at wall time t must not be scheduled in a step that
+    # starts before t: vLLM's scheduler sees it at the next step, and its queue time is never negative.
+    prof = get_profile("h100-llama-3.1-8b")
+    assert prof.noise_sigma == 0.0
+    eng = Engine(prof)
+    eng.add(EngineRequest("a", 100, 50), now=0.0)
+    _step(eng)  # a's prefill
+    late = EngineRequest("b", 100, 5)
+    queued_at = eng.now + 0.05  # 50 ms of decode steps (~6 ms each) later in model time
+    eng.add(late, now=queued_at)
+    while late.scheduled is None:
+        before = eng.now
+        _step(eng)
+        assert late.scheduled is None or late.scheduled == before
+    assert late.queued == queued_at
+    decode_step = prof.step_time(0, 1, 200)
+    assert 0.0 <= late.scheduled - late.queued < decode_step
+
+
+def test_engine_idles_until_a_waiting_request_has_been_handed_over():
+    prof = get_profile("h100-llama-3.1-8b")
+    eng = Engine(prof)
+    eng.add(EngineRequest("a", 100, 2), now=0.0)
+    late = EngineRequest("b", 100, 2)
+    eng.add(late, now=1.0)
+    while late.scheduled is None:
+        _step(eng)
+    # a finished after a few ms; nothing ran until b was handed over at 1.0 s
+    assert late.scheduled == 1.0 and late.scheduled - late.queued == 0.0

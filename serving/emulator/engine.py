@@ -292,6 +292,8 @@ class Engine:
         """
         if self.pending is not None:
             return self.pending.end
+        if self.waiting and not self.running and self.waiting[0].queued > self.now:
+            self.now = self.waiting[0].queued  # idle until the next request has been handed over
         if not self.waiting and not self.prefilling:
             if not self.n_dec:
                 return None
@@ -319,6 +321,10 @@ class Engine:
             cache = self.cache
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 req = self.waiting[0]
+                if req.queued > self.now:
+                    # handed over after this step's start (a live replica's model clock runs behind
+                    # the wall clock after a host stall): vLLM's scheduler sees it at the next step
+                    break
                 nseg = cache.lookup(req.segments) if req.segments else 0
                 hit = req.segments[nseg - 1][1] if nseg else 0
                 computed = min(hit, req.target_len - 1)

@@ -191,9 +191,11 @@ def test_request_handed_over_after_a_step_starts_waits_for_the_next_boundary():
         before = eng.now
         _step(eng)
         assert late.scheduled is None or late.scheduled == before
-    assert late.queued == queued_at
+    assert late.handed_over == queued_at
     decode_step = prof.step_time(0, 1, 200)
-    assert 0.0 <= late.scheduled - late.queued < decode_step
+    assert 0.0 <= late.scheduled - late.handed_over < decode_step
+    # vLLM's QUEUED event is when the engine core takes it in, at that step boundary: no queue time
+    assert late.queued == late.scheduled
 
 
 def test_engine_idles_until_a_waiting_request_has_been_handed_over():
@@ -205,4 +207,24 @@ def test_engine_idles_until_a_waiting_request_has_been_handed_over():
     while late.scheduled is None:
         _step(eng)
     # a finished after a few ms; nothing ran until b was handed over at 1.0 s
-    assert late.scheduled == 1.0 and late.scheduled - late.queued == 0.0
+    assert late.scheduled == late.queued == late.handed_over == 1.0
+
+
+def test_queue_time_is_the_wait_for_capacity_after_the_engine_core_took_the_request_in():
+    # max_num_seqs 1: b is handed over during a's first decode step, taken in at that step's end, and
+    # waits there until a finishes; vLLM's queue time is that wait (QUEUED -> SCHEDULED), not the
+    # rest of the step in flight when it was handed over.
+    prof = get_profile("h100-llama-3.1-8b", max_num_seqs=1)
+    eng = Engine(prof)
+    a, b = EngineRequest("a", 100, 3), EngineRequest("b", 100, 2)
+    eng.add(a, now=0.0)
+    _step(eng)  # a's prefill (first token)
+    step_start = eng.now
+    eng.plan(max_steps=1)  # a's first decode step is in flight
+    eng.add(b, now=step_start + 0.001)
+    eng.commit()
+    taken_in = eng.now
+    while b.scheduled is None:
+        _step(eng)
+    assert b.handed_over == step_start + 0.001 and b.queued == taken_in
+    assert b.scheduled == a.finished and b.scheduled - b.queued == a.finished - taken_in > 0

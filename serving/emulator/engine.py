@@ -69,6 +69,7 @@ class Engine:
 
     def _reset_state(self):
         self.waiting: deque[EngineRequest] = deque()
+        self.unseen: deque[EngineRequest] = deque()  # handed over, not yet taken in by a step (FIFO)
         self.running: dict[str, EngineRequest] = {}
         self.prefilling: dict[str, EngineRequest] = {}
         self.by_id: dict[str, EngineRequest] = {}
@@ -143,11 +144,12 @@ class Engine:
         """
         if req.request_id in self.by_id:
             raise ValueError(f"duplicate request id {req.request_id!r}")
-        req.queued = req.arrival if now is None else now
+        req.handed_over = req.queued = req.arrival if now is None else now
         if self.idle() and self.pending is None and req.queued > self.now:
             self.now = req.queued
         req.state = WAITING
         self.waiting.append(req)
+        self.unseen.append(req)
         self.by_id[req.request_id] = req
 
     def abort(self, request_id: str) -> EngineRequest | None:
@@ -292,8 +294,14 @@ class Engine:
         """
         if self.pending is not None:
             return self.pending.end
-        if self.waiting and not self.running and self.waiting[0].queued > self.now:
-            self.now = self.waiting[0].queued  # idle until the next request has been handed over
+        if self.waiting and not self.running and self.waiting[0].handed_over > self.now:
+            self.now = self.waiting[0].handed_over  # idle until the next request has been handed over
+        # vLLM's engine core takes the requests handed over during a step in at the step's end, just
+        # before scheduling the next (EngineCoreEventType.QUEUED): its queue time is the wait for
+        # capacity from there, and the wait for the step in flight is in TTFT before it.
+        unseen = self.unseen
+        while unseen and unseen[0].handed_over <= self.now:
+            unseen.popleft().queued = self.now
         if not self.waiting and not self.prefilling:
             if not self.n_dec:
                 return None
@@ -321,7 +329,7 @@ class Engine:
             cache = self.cache
             while self.waiting and len(self.running) < self.max_seqs and budget > 0:
                 req = self.waiting[0]
-                if req.queued > self.now:
+                if req.handed_over > self.now:
                     # handed over after this step's start (a live replica's model clock runs behind
                     # the wall clock after a host stall): vLLM's scheduler sees it at the next step
                     break

@@ -38,7 +38,7 @@ class EngineRequest:
         "request_id", "prompt_tokens", "target_out", "length_capped", "max_tokens", "segments", "arrival",
         "meta", "state", "scheduled", "first_token", "first_seen", "last_token", "finished", "finish_reason", "out",
         "computed", "target_len", "own_blocks", "shared_blocks", "seg_refs", "next_seg", "looked_up",
-        "hit_tokens", "queued", "a", "s_entry", "out_entry", "q", "r", "ver", "prompt_counted", "preemptions",
+        "hit_tokens", "queued", "handed_over", "a", "s_entry", "out_entry", "q", "r", "ver", "prompt_counted", "preemptions",
         "params", "family",
     )
 
@@ -56,7 +56,8 @@ class EngineRequest:
         self.max_tokens = max_tokens
         self.segments = segments
         self.arrival = arrival
-        self.queued = arrival
+        self.queued = arrival  # vLLM's QUEUED event: the engine core took it in (engine.py sets it)
+        self.handed_over = arrival  # when the API server handed it to the engine core
         self.meta = meta
         self.params = params or {}
         self.family = None  # a RequestFamily when this is one of the n choices of one client request

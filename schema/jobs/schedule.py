@@ -97,9 +97,10 @@ def plan(chunks: list[Chunk]) -> list[Task]:
         i = c.index
         ahead = [("replica_minutes", i - AHEAD)] if i >= AHEAD else []
         tasks += [
-            Task("delete", c, list(ahead)),
-            Task("inputs", c, list(ahead)),
+            # resolve first: the longest of the three (one worker's, beside inputs then delete)
             Task("resolve", c, list(ahead)),
+            Task("inputs", c, list(ahead)),
+            Task("delete", c, list(ahead)),
             Task("reconcile", c, [("inputs", i), ("resolve", i)]),
             Task("cost", c, [("reconcile", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
             Task("replica_minutes", c, [("cost", i)]),

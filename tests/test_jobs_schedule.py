@@ -33,9 +33,12 @@ def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
     assert deps[("cost", 2)] == {("reconcile", 2), ("delete", 2), ("replica_minutes", 1)}
     assert deps[("replica_minutes", 2)] == {("cost", 2)}
     assert deps[("tasks", 2)] == {("cost", 2), ("tasks", 1)}
-    # the hourly rollups after the chunk's rows, and after the previous chunk's rollup (a shared hour)
-    assert deps[("rollup", 0)] == {("replica_minutes", 0), ("tasks", 0)}
-    assert deps[("rollup", 2)] == {("replica_minutes", 2), ("tasks", 2), ("rollup", 1)}
+    # the hourly rollups: the rows that need no tasks after the chunk's replica_minutes (beside its
+    # tasks), the task rows and marks after both, and after the previous chunk's (a shared hour)
+    assert deps[("rollup_calls", 0)] == {("replica_minutes", 0)}
+    assert deps[("rollup_calls", 2)] == {("replica_minutes", 2), ("rollup_calls", 1)}
+    assert deps[("rollup", 0)] == {("rollup_calls", 0), ("tasks", 0)}
+    assert deps[("rollup", 2)] == {("rollup_calls", 2), ("tasks", 2), ("rollup", 1)}
     # resolution and delete run at most AHEAD (2) chunks ahead of the chain
     assert deps[("resolve", 1)] == deps[("inputs", 1)] == deps[("delete", 1)] == set()
     assert deps[("resolve", 3)] == deps[("inputs", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}

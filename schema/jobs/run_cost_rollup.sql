@@ -1,38 +1,10 @@
--- Explicit-window run of the hourly rollups (migration 0170), after the chunk's call_costs,
--- replica_minutes and tasks: rewrite every hour [ws, we) touched, as a new version (run_id).
--- Hours wholly below the watermark are summed from *_history and marked complete; a touched hour
+-- Explicit-window run of the hourly rollups (migration 0170), second part: after the chunk's tasks
+-- and run_cost_rollup_calls.sql (the rows that need no tasks), the task rows, then the marks of
+-- every hour [ws, we) touched, as a new version (run_id). Hours wholly below the watermark are summed from *_history and marked complete; a touched hour
 -- that is not (the live window's, or the hour `we` cuts) is marked incomplete, so readers take it
 -- from the raw tables. The rows come first, the marks last: until its mark is written a reader
 -- keeps the hour's previous version. Insert-only: no mutation, no delete.
 -- h0 = first touched hour, h1 = end of the complete hours, h_end = end of the touched hours.
-INSERT INTO cost_hours
-WITH toStartOfHour({ws:DateTime}) AS h0,
-     toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
-     least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
-SELECT toStartOfHour(minute) AS hour, {run_id:UInt64} AS version, replica, model, task_type, tenant_id,
-       category, call_source, partial, cached_estimated,
-       sum(cost_usd), sum(requests), sum(prompt_tokens), sum(cached_tokens), sum(output_tokens)
-FROM call_costs_history
-WHERE minute >= h0 AND minute < h1
-GROUP BY hour, replica, model, task_type, tenant_id, category, call_source, partial, cached_estimated;
-
-INSERT INTO cost_replica_hours
-WITH toStartOfHour({ws:DateTime}) AS h0,
-     toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
-     least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
-SELECT toStartOfHour(minute) AS hour, {run_id:UInt64} AS version, replica,
-       count(), sum(spend_usd), sum(allocated_usd), sum(idle_usd), sumIf(idle_usd, up = 0), countIf(up = 0),
-       sum(ifNull(running_avg, 0)), count(running_avg),
-       sum(prompt_tokens + output_tokens),
-       sumIf(ifNull(counter_prompt_tokens, 0) + ifNull(counter_generation_tokens, 0),
-             counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       countIf(counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       sumIf(ifNull(counted_tokens, 0), counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       countIf(in_fleet = 0), countIf(priced = 0), sum(unspanned_usd), sum(cached_estimated_tokens)
-FROM replica_minutes_history
-WHERE minute >= h0 AND minute < h1
-GROUP BY hour, replica;
-
 INSERT INTO cost_task_hours
 WITH toStartOfHour({ws:DateTime}) AS h0,
      toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
@@ -44,20 +16,6 @@ SELECT toStartOfHour(minute) AS hour, {run_id:UInt64} AS version, task_type, ten
 FROM tasks_history
 WHERE minute >= h0 AND minute < h1
 GROUP BY hour, task_type, tenant_id, model;
-
--- The triangle's engine figures: engine calls that ended in the hour and started at most a day before it.
-INSERT INTO cost_triangle_hours (hour, version, replica, part, requests, tokens, out_tokens, ttft_state, e2e_state)
-WITH toStartOfHour({ws:DateTime}) AS h0,
-     toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
-     least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
-SELECT toDateTime(toStartOfHour(end_time), 'UTC') AS hour, {run_id:UInt64} AS version, replica, 'engine',
-       count(), sum(ifNull(prompt_tokens, 0) + ifNull(output_tokens, 0)), sum(ifNull(output_tokens, 0)),
-       quantileExactState(0.99)(ttft_s), quantileExactState(0.99)(e2e_s)
-FROM llm_calls
-WHERE call_source = 'engine' AND end_time >= h0 AND end_time < h1
-  AND start_time >= h0 - INTERVAL 1 DAY AND start_time < h1
-  AND start_time >= toStartOfHour(end_time) - INTERVAL 1 DAY
-GROUP BY hour, replica;
 
 -- The triangle's successes: successful tasks that ended in the hour, per replica that ran one of
 -- their calls from the day before the hour to its end.

@@ -19,12 +19,16 @@ A chunk ``[ws, we)`` of an explicit run is eight tasks (the ``.sql`` files they 
   ``call_costs`` (history, below the watermark) and reconciliation, then drops the scratch rows.
 * ``tasks`` (``run_tasks``): reads ``call_costs`` of the chunk and up to ``task_lookback_s``
   before it (the previous chunk's, done before this chunk's ``cost``).
-* ``rollup`` (``run_cost_rollup``): the hourly rollups of every hour the chunk touched (migration
-  0170), after its ``replica_minutes`` and ``tasks`` and the previous chunk's ``rollup`` (an hour
-  two chunks share is written last by the later one, after both chunks' rows).
+* ``rollup_calls`` (``run_cost_rollup_calls``): the hourly rollup rows that need no tasks (calls,
+  replica-minutes, the triangle's engine calls; migration 0170) of every hour the chunk touched,
+  after its ``replica_minutes``, so beside its ``tasks``.
+* ``rollup`` (``run_cost_rollup``, ``run_cost_blocks``): the task rows, then the marks that make
+  the hours' new version readable, then the triangle's blocks; after the chunk's ``rollup_calls``
+  and ``tasks`` and the previous chunk's ``rollup`` (an hour two chunks share is written last by
+  the later one, after both chunks' rows).
 
 So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``inputs``/``resolve``/
-``reconcile``/``delete`` of later chunks and ``tasks`` run beside it. No task reads rows a task
+``reconcile``/``delete`` of later chunks, ``tasks`` and ``rollup_calls`` run beside it. No task reads rows a task
 running beside it writes: the result is the one a single worker gets in chunk order.
 ``inputs``/``resolve``/``delete`` run at most :data:`AHEAD` chunks ahead of the chain, which bounds
 the scratch rows (memory and disk: a day of calls each) and the time readers see a chunk without
@@ -48,6 +52,7 @@ KINDS = {
     "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
     "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
     "tasks": (("run_tasks",), "tasks", 1),
+    "rollup_calls": (("run_cost_rollup_calls",), "rollup", 1),
     "rollup": (("run_cost_rollup", "run_cost_blocks"), "rollup", 1),
 }
 
@@ -92,14 +97,16 @@ def plan(chunks: list[Chunk]) -> list[Task]:
         i = c.index
         ahead = [("replica_minutes", i - AHEAD)] if i >= AHEAD else []
         tasks += [
-            Task("delete", c, list(ahead)),
-            Task("inputs", c, list(ahead)),
+            # resolve first: the longest of the three (one worker's, beside inputs then delete)
             Task("resolve", c, list(ahead)),
+            Task("inputs", c, list(ahead)),
+            Task("delete", c, list(ahead)),
             Task("reconcile", c, [("inputs", i), ("resolve", i)]),
             Task("cost", c, [("reconcile", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
             Task("replica_minutes", c, [("cost", i)]),
             Task("tasks", c, [("cost", i)] + ([("tasks", i - 1)] if i else [])),
-            Task("rollup", c, [("replica_minutes", i), ("tasks", i)] + ([("rollup", i - 1)] if i else [])),
+            Task("rollup_calls", c, [("replica_minutes", i)] + ([("rollup_calls", i - 1)] if i else [])),
+            Task("rollup", c, [("rollup_calls", i), ("tasks", i)] + ([("rollup", i - 1)] if i else [])),
         ]
     return tasks
 

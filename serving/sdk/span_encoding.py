@@ -58,27 +58,30 @@ def _key_value(key: str, value) -> bytes:
     return (_ld(0x0A, key.encode()) if key else b"") + _ld(0x12, _any_value(value))
 
 
-def _attribute(key: str, value) -> bytes:
-    """One attribute as a repeated-field payload, cached unless the value is a float (a latency)."""
-    if value.__class__ is float:
-        return _key_value(key, value)
-    ck = (key, value.__class__, tuple(value) if isinstance(value, (list, tuple)) else value)
-    try:
-        return _kv_cache[ck]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable value
-        return _key_value(key, value)
-    if len(_kv_cache) >= _CACHE_MAX:
-        _kv_cache.clear()
-    out = _kv_cache[ck] = _key_value(key, value)
-    return out
-
-
 def _attributes(tag: int, attributes) -> bytes:
+    """Repeated KeyValue field ``tag``: each attribute's tagged bytes cached (the values that repeat
+    from request to request: policy, replica, model, operation, status...), not floats (latencies)."""
     if not attributes:
         return b""
-    return b"".join(_ld(tag, _attribute(k, v)) for k, v in attributes.items())
+    out = []
+    cache = _kv_cache
+    for key, value in attributes.items():
+        cls = value.__class__
+        if cls is float:
+            out.append(_ld(tag, _key_value(key, value)))
+            continue
+        ck = (tag, key, cls, tuple(value) if isinstance(value, (list, tuple)) else value)
+        try:
+            got = cache.get(ck)
+        except TypeError:  # an unhashable value
+            out.append(_ld(tag, _key_value(key, value)))
+            continue
+        if got is None:
+            if len(cache) >= _CACHE_MAX:
+                cache.clear()
+            got = cache[ck] = _ld(tag, _key_value(key, value))
+        out.append(got)
+    return b"".join(out)
 
 
 def _span(span) -> bytes:

@@ -84,6 +84,28 @@ def _attributes(tag: int, attributes) -> bytes:
     return b"".join(out)
 
 
+_small_cache: dict = {}  # (field, value) -> encoded field: span names, kinds, statuses (a handful of values)
+
+
+def _small(field: str, value) -> bytes:
+    got = _small_cache.get((field, value))
+    if got is not None:
+        return got
+    if field == "name":
+        out = _ld(0x2A, value.encode()) if value else b""
+    elif field == "kind":
+        out = b"\x30" + varint(value.value + 1)  # SDK INTERNAL=0.. -> SPAN_KIND_INTERNAL=1..
+    else:  # status: (code, description)
+        code, description = value
+        payload = (_ld(0x12, description.encode()) if description else b"") + \
+                  (b"\x18" + varint(code.value) if code.value else b"")
+        out = _ld(0x7A, payload)
+    if len(_small_cache) >= 1024:
+        _small_cache.clear()
+    _small_cache[(field, value)] = out
+    return out
+
+
 def _span(span) -> bytes:
     """Span fields 1-16 in field order (trace.proto)."""
     ctx = span.get_span_context()
@@ -93,14 +115,16 @@ def _span(span) -> bytes:
         parts.append(_ld(0x1A, ",".join(f"{k}={v}" for k, v in ctx.trace_state.items()).encode()))
     if parent:
         parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
-    if span.name:
-        parts.append(_ld(0x2A, span.name.encode()))
-    kind = span.kind.value + 1  # SDK INTERNAL=0.. -> SPAN_KIND_INTERNAL=1..
-    parts.append(b"\x30" + varint(kind))
-    if span.start_time:
-        parts.append(b"\x39" + _pack_q(span.start_time))
-    if span.end_time:
-        parts.append(b"\x41" + _pack_q(span.end_time))
+    parts.append(_small("name", span.name))
+    parts.append(_small("kind", span.kind))
+    start, end = span.start_time, span.end_time
+    if start and end:
+        parts.append(_pack_times(0x39, start, 0x41, end))
+    else:
+        if start:
+            parts.append(b"\x39" + _pack_q(start))
+        if end:
+            parts.append(b"\x41" + _pack_q(end))
     parts.append(_attributes(0x4A, span.attributes))
     if span.dropped_attributes:
         parts.append(b"\x50" + varint(span.dropped_attributes))
@@ -110,15 +134,14 @@ def _span(span) -> bytes:
         parts.append(b"\x70" + varint(span.dropped_links))
     status = span.status
     if status is not None:
-        payload = b""
-        if status.description:
-            payload += _ld(0x12, status.description.encode())
-        if status.status_code.value:
-            payload += b"\x18" + varint(status.status_code.value)
-        parts.append(_ld(0x7A, payload))
-    flags = 0x100 | (0x200 if parent is not None and parent.is_remote else 0)
-    parts.append(b"\x85\x01" + _pack_i(flags))  # field 16, fixed32
+        parts.append(_small("status", (status.status_code, status.description)))
+    parts.append(_FLAGS_REMOTE_PARENT if parent is not None and parent.is_remote else _FLAGS)  # field 16, fixed32
     return b"".join(parts)
+
+
+_pack_times = struct.Struct("<BQBQ").pack
+_FLAGS = b"\x85\x01" + _pack_i(0x100)
+_FLAGS_REMOTE_PARENT = b"\x85\x01" + _pack_i(0x100 | 0x200)
 
 
 def _heads(resource, scope) -> tuple[bytes, bytes, bytes]:

@@ -140,8 +140,12 @@ def test_malformed_upstream_data_becomes_an_error_event_and_done(gateway_for, st
     assert sum(1 for e in got[:-2] if json.loads(e)["choices"][0]["delta"].get("content")) == tokens_before
     found = attempts(exporter)
     assert found[-1].attributes[sc.ERROR_TYPE] == "upstream_malformed"
-    server = [s for s in exporter.get_finished_spans() if s.name == "gateway chat"][0]
-    assert server.attributes[sc.ERROR_TYPE] == "upstream_malformed"
+    # The request span ends just after the last byte reached the client: wait for it (as test_gateway's finished()).
+    deadline = time.monotonic() + 10
+    while not (server := [s for s in exporter.get_finished_spans() if s.name == "gateway chat"]):
+        assert time.monotonic() < deadline, "no gateway chat span"
+        time.sleep(0.01)
+    assert server[0].attributes[sc.ERROR_TYPE] == "upstream_malformed"
 
 
 def test_malformed_non_json_array_event_is_not_a_500(gateway_for, stub):

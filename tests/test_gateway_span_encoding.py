@@ -58,3 +58,20 @@ def test_spans_with_events_take_the_exporters_encoder():
     span.end()
     spans = exporter.get_finished_spans()
     assert ExportTraceServiceRequest.FromString(encode_spans_bytes(spans)) == encode_spans(spans)
+
+
+def test_equal_resources_of_two_providers_merge_as_the_exporter_merges_them():
+    # Two providers with equal (not identical) resources, spans interleaved: one ResourceSpans, as the
+    # exporter's grouping (by Resource equality) gives; distinct resources stay apart, first-seen order.
+    exporter = InMemorySpanExporter()
+    providers = [TracerProvider(resource=Resource.create({"service.name": name})) for name in ("gw", "gw", "other")]
+    for p in providers:
+        p.add_span_processor(SimpleSpanProcessor(exporter))
+    for i in range(4):
+        for p in providers:
+            p.get_tracer("infercost.serving.gateway").start_span(f"s{i}").end()
+    spans = exporter.get_finished_spans()
+    assert spans[0].resource is not spans[1].resource and spans[0].resource == spans[1].resource
+    expected = encode_spans(spans)
+    assert encode_spans_bytes(spans) == expected.SerializeToString()
+    assert [len(r.scope_spans[0].spans) for r in expected.resource_spans] == [8, 4]

@@ -347,6 +347,30 @@ def test_triangle_block_versions_old_and_stale_marks_are_ignored(cstore):
     _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
 
 
+def test_a_range_starting_before_the_rolled_up_hours_reads_them_from_the_rollup(cstore):
+    """A range starting before the first hour the jobs rolled up (08:00, the jobs ran from 10:00; a
+    7-day range over a store with less) reads the rolled-up hours from the rollups anyway (the span is
+    the longest run of complete hours, not only one from the range's first hour: it read the whole
+    range raw, ~10x the time at 10M calls), the hours before and after it raw: the same figures as
+    every hour read raw (the marks removed)."""
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))  # hours 10, 11, 12 complete
+    span = cost.rollup_span(cstore, at(-7200), at(11100))
+    assert (span["rollup_start"], span["rollup_end"]) == (at(0), at(10800))
+    assert len(span["rollup_versions"]) == 3
+    row = _check_summary(cstore, at(-7200), at(11100))
+    assert row["spend_usd"] == pytest.approx(0.06 * (185 + 80), **REL)  # r1 10:00-13:05, r2 10:50-12:10
+    assert row["requests"] == 6
+    ranges = [(at(-7200), at(11100)), (at(-1800), at(7200)), (at(-3600), at(10800))]
+    read = {r: _all_queries(cstore, *r) for r in ranges}
+    assert all(cost.rollup_span(cstore, *r)["rollup_versions"] for r in ranges)
+    cstore.command("TRUNCATE TABLE cost_rollup_hours", tag="test")
+    for r in ranges:
+        assert not cost.rollup_span(cstore, *r)["rollup_versions"]
+        for key, frame in _all_queries(cstore, *r).items():
+            _frames_equal(read[r][key], frame)
+
+
 def test_shared_spans_ask_once_per_range_and_answer_as_alone(cstore):
     """Inside ``cost.shared_spans()`` (one page script run) every unit of a range gets the span it gets
     alone, from one query per range and block size; the queries' figures are the same frames."""

@@ -127,9 +127,10 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600,
 
     The rollups hold whole hours, each rewritten by the cost jobs as a new version; an hour is
     readable when its newest mark in ``cost_rollup_hours`` says complete (wholly below the
-    watermark when written). This is the run of such hours from the first whole hour of the range
-    on, up to the first hour that is not: ``[rollup_start, rollup_end)``, with the version of each
-    hour in order (``rollup_versions``). The queries read the rest of the range (the partial edge
+    watermark when written). This is the longest run of consecutive such hours inside the range (the
+    earliest of equal ones): ``[rollup_start, rollup_end)``, with the version of each hour in order
+    (``rollup_versions``); ``rollup_start`` is the range's first whole hour when that hour starts the
+    run, else a later hour (the hours before it were never rolled up: e.g. before the data began). The queries read the rest of the range (the partial edge
     hours, the live window, hours no run rolled up) from the raw tables, so every minute comes from
     exactly one of them. Empty (``rollup_end = rollup_start``) when ``unit_seconds`` (a query's
     bucket or window) is not a whole number of hours: its buckets would split an hour.
@@ -206,13 +207,20 @@ def _rollup_span(store, start: datetime, end: datetime, unit_seconds: int, block
 
 
 def _span(start: datetime, mark, hours, found_versions, marks, unit_seconds: int, block_seconds: int) -> dict:
+    # the longest run of consecutive complete hours (the earliest of equal ones); not necessarily from
+    # the range's first whole hour: a range starting before the first hour the jobs rolled up (a 7-day
+    # range over a store with less, or 18:39 back to hours before the data began) read every hour raw
     first = _first_hour(start)
     versions: list[int] = []
     if int(unit_seconds) % 3600 == 0:
+        run_start, run = first, []
         for hour, version in zip(hours, found_versions):
-            if hour.replace(tzinfo=None) != first + timedelta(hours=len(versions)):
-                break
-            versions.append(int(version))
+            hour = hour.replace(tzinfo=None)
+            if not run or hour != run_start + timedelta(hours=len(run)):
+                run_start, run = hour, []
+            run.append(int(version))
+            if len(run) > len(versions):
+                first, versions = run_start, list(run)
     # a block is read when it lies in the rolled-up hours and its mark names their versions
     blocks: dict[datetime, int] = {}
     per_block = block_seconds // 3600

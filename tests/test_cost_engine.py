@@ -11,7 +11,7 @@ import pytest
 
 from schema import jobs
 from schema.queries import cost
-from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, sync  # noqa: F401
+from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, sync, waste_both  # noqa: F401
 
 EXACT = dict(rel=1e-12, abs=1e-12)
 
@@ -71,12 +71,19 @@ def test_worked_example_exact(cstore):
     # goodput: 2 successful tasks without SLOs in 3 minutes = 40 per hour
     assert s["goodput_per_hour"] == pytest.approx(40.0, **EXACT)
 
-    waste = cost.waste_breakdown(cstore, at(0), at(180)).set_index("category")
+    waste = waste_both(cstore, at(0), at(180)).set_index("category")
     assert list(waste.index) == ["useful", "retry_waste", "failed_task_waste", "pending", "unattributed",
                                  "unspanned", "idle", "partial", "down"]
     assert waste.loc["idle", "usd"] == pytest.approx(0.0915, **EXACT)
     assert waste.loc[["useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle"],
                      "usd"].sum() == pytest.approx(0.18, **EXACT)
+    # (waste_both: the cost page's folded read gives the same frame) by hand: B is the partial attempt,
+    # retry waste $0.015, 1 call, its 50 streamed output tokens; useful = A + C, 2 calls, 1200 + 650 tokens
+    assert (waste.loc["partial", "usd"], waste.loc["partial", "calls"], waste.loc["partial", "tokens"]) == (
+        pytest.approx(0.015, **EXACT), 1, 50)
+    assert (waste.loc["useful", "calls"], waste.loc["useful", "tokens"]) == (2, 1200 + 650)
+    assert (waste.loc["retry_waste", "calls"], waste.loc["retry_waste", "tokens"]) == (1, 550)
+    assert waste.loc["useful", "share_of_spend"] == pytest.approx(0.0735 / 0.18, **EXACT)
 
     tasks = cost.tasks_table(cstore, at(0), at(180)).set_index("task_id")
     assert tasks.loc["T2", "cost_usd"] == pytest.approx(0.0435, **EXACT)
@@ -142,7 +149,7 @@ def test_in_progress_task_is_pending_until_abandoned(cstore):
     # At 5 minutes the task has neither a root span nor 600 s of silence: in progress.
     jobs.run_jobs(cstore, start=at(0), end=at(300))
     assert cost.tasks_table(cstore, at(0), at(3600)).empty
-    waste = cost.waste_breakdown(cstore, at(0), at(300)).set_index("category")
+    waste = waste_both(cstore, at(0), at(300)).set_index("category")
     assert waste.loc["pending", "usd"] == pytest.approx(0.1, **EXACT)
     # A later run of the next window only (past the timeout) calls it abandoned: the task row and
     # the call drill-down say failed-task waste although minute 0's piece was computed as pending.
@@ -155,7 +162,7 @@ def test_in_progress_task_is_pending_until_abandoned(cstore):
     jobs.run_jobs(cstore, start=at(0), end=at(1200))
     tasks = cost.tasks_table(cstore, at(0), at(3600))
     assert one(tasks)["outcome"] == "abandoned"
-    waste = cost.waste_breakdown(cstore, at(0), at(300)).set_index("category")
+    waste = waste_both(cstore, at(0), at(300)).set_index("category")
     assert waste.loc["failed_task_waste", "usd"] == pytest.approx(0.1, **EXACT)
     assert waste.loc["pending", "usd"] == 0
 
@@ -318,7 +325,7 @@ def test_reconciliation_counts_tokens_the_spans_missed(cstore, started_long_ago)
     # an `unspanned` row sharing minute 1's $0.06 with the call's 0.1 x 1000 + 200 = 300
     assert rm["gap_work"].tolist()[1:] == pytest.approx([150, 0], **EXACT)
     assert rm["unspanned_usd"].tolist()[1:] == pytest.approx([0.06 * 150 / 450, 0], **EXACT)
-    waste = cost.waste_breakdown(cstore, at(60), at(180)).set_index("category")
+    waste = waste_both(cstore, at(60), at(180)).set_index("category")
     assert waste.loc["unspanned", "usd"] == pytest.approx(0.02, **EXACT)
     dq = one(cost.data_quality(cstore, at(0), at(180)))
     if started_long_ago:

@@ -20,7 +20,7 @@ import pytest
 
 from schema import jobs
 from schema.queries import cost, review
-from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
+from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync, waste_both  # noqa: F401
 
 REL = dict(rel=1e-9, abs=1e-12)
 # (task, tenant, outcome, replica, call start s, call end s, prompt, output)
@@ -95,7 +95,7 @@ def _check_summary(store, start, end):
     by_replica = got["replica"].set_index("grp")
     for replica, spend in rm.groupby("replica")["spend_usd"].sum().items():
         assert by_replica.loc[replica, "spend_usd"] == pytest.approx(spend, **REL)
-    waste = cost.waste_breakdown(store, start, end).set_index("category")
+    waste = waste_both(store, start, end).set_index("category")
     assert waste.loc["idle", "usd"] == pytest.approx(fleet["idle_usd"], **REL)
     assert waste.loc["useful", "usd"] == pytest.approx(fleet["useful_usd"], **REL)
     assert waste.loc["useful", "calls"] == fleet["useful_calls"]
@@ -347,6 +347,30 @@ def test_triangle_block_versions_old_and_stale_marks_are_ignored(cstore):
     _frames_equal(before, cost.replica_windows(cstore, start, end, 21600))
 
 
+def test_a_range_starting_before_the_rolled_up_hours_reads_them_from_the_rollup(cstore):
+    """A range starting before the first hour the jobs rolled up (08:00, the jobs ran from 10:00; a
+    7-day range over a store with less) reads the rolled-up hours from the rollups anyway (the span is
+    the longest run of complete hours, not only one from the range's first hour: it read the whole
+    range raw, ~10x the time at 10M calls), the hours before and after it raw: the same figures as
+    every hour read raw (the marks removed)."""
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))  # hours 10, 11, 12 complete
+    span = cost.rollup_span(cstore, at(-7200), at(11100))
+    assert (span["rollup_start"], span["rollup_end"]) == (at(0), at(10800))
+    assert len(span["rollup_versions"]) == 3
+    row = _check_summary(cstore, at(-7200), at(11100))
+    assert row["spend_usd"] == pytest.approx(0.06 * (185 + 80), **REL)  # r1 10:00-13:05, r2 10:50-12:10
+    assert row["requests"] == 6
+    ranges = [(at(-7200), at(11100)), (at(-1800), at(7200)), (at(-3600), at(10800))]
+    read = {r: _all_queries(cstore, *r) for r in ranges}
+    assert all(cost.rollup_span(cstore, *r)["rollup_versions"] for r in ranges)
+    cstore.command("TRUNCATE TABLE cost_rollup_hours", tag="test")
+    for r in ranges:
+        assert not cost.rollup_span(cstore, *r)["rollup_versions"]
+        for key, frame in _all_queries(cstore, *r).items():
+            _frames_equal(read[r][key], frame)
+
+
 def test_shared_spans_ask_once_per_range_and_answer_as_alone(cstore):
     """Inside ``cost.shared_spans()`` (one page script run) every unit of a range gets the span it gets
     alone, from one query per range and block size; the queries' figures are the same frames."""
@@ -370,14 +394,24 @@ def test_shared_spans_ask_once_per_range_and_answer_as_alone(cstore):
             # a caller changing its copy changes nothing shared
             cost.rollup_span(cstore, *ranges[0], 3600)["rollup_versions"].append(-1)
             assert cost.rollup_span(cstore, *ranges[0], 3600) == alone[(ranges[0], 3600)]
-            assert calls.count("query.cost_rollup_span") == len(ranges) * 3  # no block, 6 h, 1 day
+            # the spans without blocks: one query, its window [start - (end - start) or end - 8 days, end)
+            # of the first range covers the others (all end at or before its end); with blocks one
+            # per range and block size (6 h, 1 day)
+            assert calls.count("query.cost_rollup_span") == 1 + len(ranges) * 2
             for r in ranges:
                 for key, frame in _all_queries(cstore, *r).items():
                     _frames_equal(frames[r][key], frame)
-            # and one for each range's previous period (period_summaries(..., previous=True))
-            assert calls.count("query.cost_rollup_span") == len(ranges) * 4
+            # each range's previous period (period_summaries(..., previous=True)) and the budgets' week
+            # are inside that window: no more queries
+            week = (cost._first_hour(at(11100) - timedelta(days=at(11100).weekday(), hours=at(11100).hour)), at(11100))
+            assert cost.rollup_span(cstore, *week) == cost._rollup_span(cstore, *week, 3600, 0)
+            assert calls.count("query.cost_rollup_span") == 1 + len(ranges) * 2 + 1  # (the one asked alone)
+            # a range ending after the window: read again (its own window)
+            later = (at(100), at(11400))
+            assert cost.rollup_span(cstore, *later) == cost._rollup_span(cstore, *later, 3600, 0)
+            assert calls.count("query.cost_rollup_span") == 1 + len(ranges) * 2 + 3
         cost.rollup_span(cstore, *ranges[0], 3600)  # outside the block: asked again
-        assert calls.count("query.cost_rollup_span") == len(ranges) * 4 + 1
+        assert calls.count("query.cost_rollup_span") == 1 + len(ranges) * 2 + 4
     finally:
         cstore._call = original
     assert any(alone[(r, 3600)]["rollup_versions"] for r in ranges)

@@ -16,7 +16,7 @@ import pytest
 from schema import jobs
 from schema.queries import cost
 from tests.producers import scrape, vllm_metrics_page
-from tests.test_cost_support import _module_store, cstore, Spans, T0, at, fleet_yaml, metrics_up, one, sync  # noqa: F401
+from tests.test_cost_support import _module_store, cstore, Spans, T0, at, fleet_yaml, metrics_up, one, sync, waste_both  # noqa: F401
 
 EXACT = dict(rel=1e-12, abs=1e-12)
 EPOCH = datetime(1970, 1, 1)
@@ -83,7 +83,7 @@ def test_failed_scrape_is_not_billed_but_a_reserved_replica_is(cstore):
     reserved = minutes(cstore, "minute, up, spend_usd, idle_usd, billing", "r2")
     assert reserved["up"].tolist() == [1, 0, 1] and set(reserved["billing"]) == {"reserved"}
     assert reserved["spend_usd"].sum() == pytest.approx(0.18, **EXACT)  # paid every minute of the window
-    waste = cost.waste_breakdown(cstore, at(0), at(180)).set_index("category")
+    waste = waste_both(cstore, at(0), at(180)).set_index("category")
     assert waste.loc["idle", "usd"] == pytest.approx(0.30, **EXACT)
     assert waste.loc["down", "usd"] == pytest.approx(0.06, **EXACT)  # r2's minute 1, visible waste
     dq = cost.data_quality(cstore, at(0), at(180)).set_index("replica")
@@ -379,7 +379,7 @@ def test_mixed_reserved_data_parallel_utilisation_and_unspanned_work(cstore):
     assert rm["allocated_usd"].tolist() == pytest.approx([0, 0, 0.042], **EXACT)
     assert rm["unspanned_usd"].tolist() == pytest.approx([0, 0, 0.012], **EXACT)
     assert one(cost.tasks_table(cstore, at(0), at(180)))["cost_usd"] == pytest.approx(0.03, **EXACT)
-    waste = cost.waste_breakdown(cstore, at(0), at(180)).set_index("category")
+    waste = waste_both(cstore, at(0), at(180)).set_index("category")
     assert waste.loc["idle", "usd"] == pytest.approx(0.18 - 0.042, **EXACT)
     assert waste.loc["down", "usd"] == pytest.approx(0.06, **EXACT)
     assert waste.loc["unspanned", "usd"] == pytest.approx(0.012, **EXACT)

@@ -282,3 +282,17 @@ def cstore(_module_store):
     """A migrated store with the periodic chain stopped and every cost table empty."""
     reset(_module_store)
     return _module_store
+
+
+def waste_both(store, start, end):
+    """``cost.waste_breakdown`` of ``[start, end)``, checked equal (types, rows, order; values to 1e-12
+    relative: the sums run in another order) to the cost page's folded read of it,
+    ``cost.period_summaries(..., waste=True)["waste"]``: every hand-computed waste figure checks both."""
+    import pandas as pd
+
+    from schema.queries import cost
+
+    alone = cost.waste_breakdown(store, start, end)
+    folded = cost.period_summaries(store, start, end, ("", "tenant"), previous=True, waste=True)["waste"]
+    pd.testing.assert_frame_equal(alone, folded, check_exact=False, rtol=1e-12, atol=1e-15)
+    return alone

@@ -25,8 +25,9 @@ BREAKDOWNS = ("task_type", "tenant", "model")
 try:
     # The headline, the three breakdowns and the period before (the deltas) in one query (each source
     # read once for all five).
+    # Unfiltered, the waste breakdown (the waterfall's) comes from the same read too.
     summaries = ui.query("schema.queries.cost:period_summaries", f.start, f.end, ("",) + BREAKDOWNS,
-                         f.query_filters(), previous=True)
+                         f.query_filters(), previous=True, waste=not any(f.query_filters().values()))
     summary = costviews.summary_row(summaries[""])
     previous = costviews.summary_row(summaries["previous"])
 except StoreError as exc:
@@ -134,7 +135,7 @@ def details() -> None:
         waste = costviews.summary_waste_table(summary)
         steps = costviews.summary_waterfall(summary, filtered=True)
     else:
-        waste = ui.query("schema.queries.cost:waste_breakdown", f.start, f.end)
+        waste = summaries["waste"]
         steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
     left, right = st.columns([3, 2])
     with left:

@@ -122,14 +122,15 @@ def shared_spans():
         _SPANS.reset(token)
 
 
-def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600) -> dict:
+def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600, *, blocks: bool = True) -> dict:
     """The part of ``[start, end)`` the cost queries read from the hourly rollups (migration 0170).
 
     The rollups hold whole hours, each rewritten by the cost jobs as a new version; an hour is
     readable when its newest mark in ``cost_rollup_hours`` says complete (wholly below the
-    watermark when written). This is the run of such hours from the first whole hour of the range
-    on, up to the first hour that is not: ``[rollup_start, rollup_end)``, with the version of each
-    hour in order (``rollup_versions``). The queries read the rest of the range (the partial edge
+    watermark when written). This is the longest run of consecutive such hours inside the range (the
+    earliest of equal ones): ``[rollup_start, rollup_end)``, with the version of each hour in order
+    (``rollup_versions``); ``rollup_start`` is the range's first whole hour when that hour starts the
+    run, else a later hour (the hours before it were never rolled up: e.g. before the data began). The queries read the rest of the range (the partial edge
     hours, the live window, hours no run rolled up) from the raw tables, so every minute comes from
     exactly one of them. Empty (``rollup_end = rollup_start``) when ``unit_seconds`` (a query's
     bucket or window) is not a whole number of hours: its buckets would split an hour.
@@ -138,16 +139,18 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600)
     on, the rows the views ``call_costs`` / ``replica_minutes`` / ``tasks`` give, without the two
     scalar subqueries every reference to those views plans.
 
-    With ``unit_seconds`` in :data:`TRIANGLE_BLOCKS_S` (6 h, 1 day) also the triangle's blocks of that
-    size (migration 0200) to read whole: those inside ``[rollup_start, rollup_end)`` whose mark names
-    exactly the current versions of their hours (a stale mark, an hour rewritten since, is skipped).
+    With ``unit_seconds`` in :data:`TRIANGLE_BLOCKS_S` (6 h, 1 day) and ``blocks`` also the triangle's
+    blocks of that size (migration 0200) to read whole: those inside ``[rollup_start, rollup_end)``
+    whose mark names exactly the current versions of their hours (a stale mark, an hour rewritten
+    since, is skipped). ``blocks=False``: a query that reads no block (the cost trend's 6 h buckets)
+    gets the empty lists and, inside :func:`shared_spans`, shares the page's other span.
 
     Returns the bound parameters: ``{"rollup_start", "rollup_end", "rollup_versions", "watermark",
     "block_starts", "block_versions"}`` (UTC naive datetimes, list of int; watermark 1970-01-01
     before any run; the block lists empty for other units).
     """
     start, end = _naive_utc(start), _naive_utc(end)
-    block_seconds = int(unit_seconds) if int(unit_seconds) in TRIANGLE_BLOCKS_S else 0
+    block_seconds = int(unit_seconds) if blocks and int(unit_seconds) in TRIANGLE_BLOCKS_S else 0
     shared = _SPANS.get()
     if shared is None:
         return _rollup_span(store, start, end, unit_seconds, block_seconds)
@@ -155,7 +158,8 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600)
     # latter reads no rollup: the same watermark, no hours)
     key = (id(store), start, end, block_seconds)
     if key not in shared:
-        shared[key] = _rollup_span(store, start, end, 3600 if not block_seconds else unit_seconds, block_seconds)
+        shared[key] = (_rollup_span(store, start, end, 3600 if not block_seconds else unit_seconds, block_seconds)
+                       if block_seconds else _span_from_window(store, shared, start, end))
     span = shared[key]
     whole = int(unit_seconds) % 3600 == 0
     return span | {"rollup_versions": list(span["rollup_versions"]) if whole else [],
@@ -163,18 +167,60 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600)
                    "block_starts": list(span["block_starts"]), "block_versions": list(span["block_versions"])}
 
 
-def _rollup_span(store, start: datetime, end: datetime, unit_seconds: int, block_seconds: int) -> dict:
+# Inside shared_spans(), the first span without blocks reads the complete hours of a window this much
+# wider than its range, back from its end: the period before it (the cost page's deltas) and the
+# budgets' week (starting at most 7 days before the range's end) are then answered without a query.
+_WINDOW_BACK = timedelta(days=8)
+
+
+def _span_from_window(store, shared: dict, start: datetime, end: datetime) -> dict:
+    """:func:`_rollup_span` for whole-hour units and no blocks, answered from the hour list of a window
+    already read in this :func:`shared_spans` block when it covers ``[start, end)``; else reads the
+    window ``[min(start - (end - start), end - 8 days), end)`` once. The same answer as alone: the
+    hours ``cost_rollup_span`` lists for a range are those of any wider window that fall inside it
+    (each hour's newest mark does not depend on the range), and the watermark is the same query's."""
+    windows = shared.setdefault(("windows", id(store)), [])
+    for lo, hi, found in windows:
+        if lo <= start and end <= hi:
+            break
+    else:
+        lo, hi = min(start - (end - start), end - _WINDOW_BACK), end
+        _, rows_ = rows(store, "cost_rollup_span", start=lo, end=hi, block_seconds=0)
+        found = rows_[0]
+        windows.append((lo, hi, found))
+    mark, hours, versions, _ = found
+    first = _first_hour(start)
+    last = end.replace(minute=0, second=0, microsecond=0)
+    inside = [(h, v) for h, v in zip(hours, versions) if first <= h.replace(tzinfo=None) < last]
+    return _span(start, mark, [h for h, _ in inside], [v for _, v in inside], (), 3600, 0)
+
+
+def _first_hour(start: datetime) -> datetime:
     first = start.replace(minute=0, second=0, microsecond=0)
-    if first < start:
-        first += timedelta(hours=1)
+    return first + timedelta(hours=1) if first < start else first
+
+
+def _rollup_span(store, start: datetime, end: datetime, unit_seconds: int, block_seconds: int) -> dict:
     _, found = rows(store, "cost_rollup_span", start=start, end=end, block_seconds=block_seconds)
     mark, hours, found_versions, marks = found[0]
+    return _span(start, mark, hours, found_versions, marks, unit_seconds, block_seconds)
+
+
+def _span(start: datetime, mark, hours, found_versions, marks, unit_seconds: int, block_seconds: int) -> dict:
+    # the longest run of consecutive complete hours (the earliest of equal ones); not necessarily from
+    # the range's first whole hour: a range starting before the first hour the jobs rolled up (a 7-day
+    # range over a store with less, or 18:39 back to hours before the data began) read every hour raw
+    first = _first_hour(start)
     versions: list[int] = []
     if int(unit_seconds) % 3600 == 0:
+        run_start, run = first, []
         for hour, version in zip(hours, found_versions):
-            if hour.replace(tzinfo=None) != first + timedelta(hours=len(versions)):
-                break
-            versions.append(int(version))
+            hour = hour.replace(tzinfo=None)
+            if not run or hour != run_start + timedelta(hours=len(run)):
+                run_start, run = hour, []
+            run.append(int(version))
+            if len(run) > len(versions):
+                first, versions = run_start, list(run)
     # a block is read when it lies in the rolled-up hours and its mark names their versions
     blocks: dict[datetime, int] = {}
     per_block = block_seconds // 3600
@@ -242,7 +288,7 @@ def period_summary(store, start: datetime, end: datetime, by: str | None = None,
 
 
 def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: dict | None = None,
-                     previous: bool = False) -> dict:
+                     previous: bool = False, waste: bool = False) -> dict:
     """:func:`period_summary` for several groupings in ONE query: ``{by: DataFrame}``.
 
     ``bys`` holds ``""`` (ungrouped) and/or groupings of :data:`GROUPINGS`; each frame is exactly
@@ -254,20 +300,31 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
     start), start, None, filters)``, the period of the same length just before (the cost page's
     deltas), read in the same query (each period with its own rollup span) instead of a second one.
 
+    With ``waste=True`` (no filters: the waste breakdown is the fleet's) also ``out["waste"]``: exactly
+    :func:`waste_breakdown` of ``[start, end)`` (same columns, rows, order and types; sums in another
+    order, so equal to ~1e-15 relative), from the same read of the pieces and replica-minutes (the cost
+    page's waterfall was a query of its own, ~a fifth of the page's SQL at 10M calls).
+
     Raises:
-        ValueError: empty range, unknown grouping or filter. StoreError from the store.
+        ValueError: empty range, unknown grouping or filter, ``waste`` with a filter. StoreError from
+        the store.
     """
     keys = list(dict.fromkeys(_by(b) for b in bys))
     if not keys:
         raise ValueError("bys is empty: give at least one grouping ('' = ungrouped)")
     params = _range(start, end) | _filters(filters)
+    if waste and any(params[k] for k in FILTER_KEYS):
+        raise ValueError("waste=True reads the fleet's waste breakdown: give no filters")
+    if waste and "" not in keys:
+        keys.insert(0, "")  # the waste's spend, idle and down are the ungrouped row's
     span = rollup_span(store, start, end)
     read_start, prev = params["start"], {"rollup_start": span["rollup_start"], "rollup_end": span["rollup_start"],
                                          "rollup_versions": []}
     if previous:
         read_start = params["start"] - (params["end"] - params["start"])
         prev = rollup_span(store, read_start, params["start"])
-    df = run(store, "cost_period_summary", **params, bys=keys + (["previous"] if previous else []),
+    extra = (["previous"] if previous else []) + (["waste"] if waste else [])
+    df = run(store, "cost_period_summary", **params, bys=keys + extra,
              read_start=read_start, prev_rollup_start=prev["rollup_start"], prev_rollup_end=prev["rollup_end"],
              prev_rollup_versions=prev["rollup_versions"], **span)
     columns = list(COLUMNS["cost_period_summary"])
@@ -275,7 +332,39 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
     for key in keys + (["previous"] if previous else []):
         part = df[df["by_dim"] == key] if len(df.columns) else df
         out[key] = (part[columns].reset_index(drop=True) if len(part.columns) else pd.DataFrame(columns=columns))
+    if waste:
+        out["waste"] = _waste_frame(df)
     return out
+
+
+# waste_breakdown's rows, in its order: the seven categories that add up to the spend, then the two inside them
+WASTE_ROWS = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle", "partial",
+              "down")
+
+
+def _waste_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """:func:`waste_breakdown`'s frame from a ``cost_period_summary`` result read with by 'waste'."""
+    if not len(df.columns):
+        df = pd.DataFrame(columns=["by_dim", "grp", "spend_usd", "idle_usd", "down_usd", "allocated_usd", "requests",
+                                   "tokens", "partial_usd", "partial_requests", "partial_tokens"])
+    fleet = df[df["by_dim"] == ""]
+    spend = float(fleet["spend_usd"].iloc[0]) if len(fleet) else 0.0
+    cats = {r["grp"]: (float(r["allocated_usd"]), int(r["requests"]), int(r["tokens"]))
+            for r in df[df["by_dim"] == "waste"].to_dict("records")}
+    part = df[df["by_dim"] == "waste.partial"]
+    if len(part):
+        cats["partial"] = (float(part["partial_usd"].iloc[0]), int(part["partial_requests"].iloc[0]),
+                           int(part["partial_tokens"].iloc[0]))
+    cats["idle"] = (float(fleet["idle_usd"].iloc[0]) if len(fleet) else 0.0, 0, 0)
+    cats["down"] = (float(fleet["down_usd"].iloc[0]) if len(fleet) else 0.0, 0, 0)
+    usd = [cats.get(c, (0.0, 0, 0))[0] for c in WASTE_ROWS]
+    return pd.DataFrame({
+        "category": pd.Series(list(WASTE_ROWS), dtype=pd.StringDtype(na_value=pd.NA)),  # as the driver's strings
+        "is_subset": pd.Series([int(c in ("partial", "down")) for c in WASTE_ROWS], dtype="uint8"),
+        "usd": pd.Series(usd, dtype="float64"),
+        "share_of_spend": pd.Series([u / spend if spend > 0 else None for u in usd], dtype="float64"),
+        "calls": pd.Series([cats.get(c, (0.0, 0, 0))[1] for c in WASTE_ROWS], dtype="uint64"),
+        "tokens": pd.Series([cats.get(c, (0.0, 0, 0))[2] for c in WASTE_ROWS], dtype="uint64")})
 
 
 def cpst_trend(store, start: datetime, end: datetime, bucket_seconds: int, by: str | None = None) -> pd.DataFrame:
@@ -293,7 +382,7 @@ def cpst_trend(store, start: datetime, end: datetime, bucket_seconds: int, by: s
     if bucket_seconds < 60 or bucket_seconds % 60:
         raise ValueError(f"bucket_seconds must be a positive multiple of 60, got {bucket_seconds}")
     params = _range(start, end) | {"bucket_seconds": bucket_seconds, "by": _by(by)}
-    return _run(store, "cost_cpst_trend", **params, **rollup_span(store, start, end, bucket_seconds))
+    return _run(store, "cost_cpst_trend", **params, **rollup_span(store, start, end, bucket_seconds, blocks=False))
 
 
 def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:

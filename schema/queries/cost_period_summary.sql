@@ -13,6 +13,11 @@
 -- Whole hours the cost jobs rolled up (migration 0170, schema/jobs/run_cost_rollup.sql) are read
 -- from the hourly rollups, [p_hs, p_re); the partial hours at the edges and every hour not rolled up
 -- (the live window) from the raw tables: each minute from exactly one of them.
+-- by 'waste' (unfiltered, with ''): also waste_breakdown's figures of [p_start, p_end) in the same pass:
+-- rows (by_dim 'waste', grp = category) with the category's allocated cost, calls and tokens, one
+-- (by_dim 'waste.partial', grp 'partial') with the partial pieces' in partial_usd / partial_requests
+-- / partial_tokens, and down_usd (idle spend of reserved replicas while down) on the '' row; the pieces
+-- are summed by the finest key and category then.
 -- by 'previous' (with the others): also the ungrouped row of the period of the same length just
 -- before, [p_lo, p_start), read in the same pass (its own rollup span [q_hs, q_re), so an hour cut by
 -- p_start is read raw on both sides); every source row belongs to one period (prev: minute < p_start).
@@ -23,6 +28,7 @@ WITH
     -- the previous period [p_lo, p_start) when bys holds 'previous', else p_lo = p_start (empty)
     {read_start:DateTime} AS p_lo,
     arrayFilter(b -> b != 'previous', p_bys) AS p_cur_bys,
+    has(p_bys, 'waste') AS p_waste,
     {model:String} AS f_model,
     {tenant:String} AS f_tenant,
     {task_type:String} AS f_task_type,
@@ -43,6 +49,7 @@ WITH
     fine AS (
         -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
         SELECT prev, task_type, tenant_id, model, if(has(p_bys, 'replica') AND NOT prev, replica, '') AS rep,
+            if(p_waste AND NOT prev, category, '') AS cat,
             sum(cost_usd) AS f_allocated_usd,
             sumIf(cost_usd, category = 'useful') AS f_useful_usd,
             sumIf(cost_usd, category = 'retry_waste') AS f_retry_waste_usd,
@@ -53,6 +60,7 @@ WITH
             sumIf(cached_tokens, cached_estimated = 1) AS f_cached_estimated_tokens,
             sumIf(cost_usd, partial = 1) AS f_partial_usd,
             sumIf(output_tokens, partial = 1) AS f_partial_tokens,
+            sumIf(requests, partial = 1) AS f_partial_requests,
             sum(requests) AS f_requests,
             sum(prompt_tokens) AS f_prompt_tokens,
             sum(cached_tokens) AS f_cached_tokens,
@@ -74,13 +82,13 @@ WITH
         WHERE (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
-        GROUP BY prev, task_type, tenant_id, model, rep
+        GROUP BY prev, task_type, tenant_id, model, rep, cat
     ),
     pieces AS (
         SELECT
-            arrayJoin(if(prev, ['previous'], p_cur_bys)) AS by_dim,
+            arrayJoin(if(prev, ['previous'], if(p_waste, arrayPushBack(p_cur_bys, 'waste.partial'), p_cur_bys))) AS by_dim,
             multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id, by_dim = 'model', model,
-                    by_dim = 'replica', rep, '') AS grp,
+                    by_dim = 'replica', rep, by_dim = 'waste', cat, by_dim = 'waste.partial', 'partial', '') AS grp,
             sum(f_allocated_usd) AS pc_allocated_usd,
             sum(f_useful_usd) AS pc_useful_usd,
             sum(f_retry_waste_usd) AS pc_retry_waste_usd,
@@ -91,6 +99,7 @@ WITH
             sum(f_cached_estimated_tokens) AS pc_cached_estimated_tokens,
             sum(f_partial_usd) AS pc_partial_usd,
             sum(f_partial_tokens) AS pc_partial_tokens,
+            sum(f_partial_requests) AS pc_partial_requests,
             sum(f_requests) AS pc_requests,
             sum(f_prompt_tokens) AS pc_prompt_tokens,
             sum(f_cached_tokens) AS pc_cached_tokens,
@@ -102,16 +111,16 @@ WITH
         -- exact groupings only ('', 'replica' and 'previous' without filters)
         SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b IN ('', 'replica'), p_cur_bys))) AS by_dim,
                if(by_dim = 'replica', replica, '') AS grp,
-               sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle
+               sum(spend_usd) AS rm_spend, sum(idle_usd) AS rm_idle, sum(down_usd) AS rm_down
         FROM (
-            SELECT minute < p_start AS prev, replica, spend_usd, idle_usd
+            SELECT minute < p_start AS prev, replica, spend_usd, idle_usd, if(up = 0, idle_usd, 0) AS down_usd
             FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE unfiltered
               AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
                    OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
             UNION ALL
-            SELECT hour < p_start AS prev, replica, spend_usd, idle_usd FROM cost_replica_hours
+            SELECT hour < p_start AS prev, replica, spend_usd, idle_usd, down_usd FROM cost_replica_hours
             WHERE unfiltered AND ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
                    OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
         )
@@ -129,7 +138,7 @@ WITH
     ),
     task_rows AS (
         -- tasks counted by the finest key first, then spread over the groupings (replica apart)
-        SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b != 'replica', p_cur_bys))) AS by_dim,
+        SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b NOT IN ('replica', 'waste'), p_cur_bys))) AS by_dim,
                toNullable(multiIf(by_dim = 'task_type', task_type, by_dim = 'tenant', tenant_id,
                                   by_dim = 'model', model, '')) AS grp,
                n, ok, failed, abandoned, slo_ok, ok_attempts, ok_step_calls, ok_steps
@@ -231,6 +240,8 @@ SELECT
     ifNull(p.pc_pending_usd, 0) AS pending_usd,
     ifNull(p.pc_partial_usd, 0) AS partial_usd,
     toUInt64(ifNull(p.pc_partial_tokens, 0)) AS partial_tokens,
+    toUInt64(ifNull(p.pc_partial_requests, 0)) AS partial_requests,
+    ifNull(rm.rm_down, 0) AS down_usd,
     toUInt64(ifNull(p.pc_requests, 0)) AS requests,
     toUInt64(ifNull(p.pc_prompt_tokens, 0)) AS prompt_tokens,
     toUInt64(ifNull(p.pc_cached_tokens, 0)) AS cached_tokens,
@@ -255,7 +266,7 @@ SELECT
     toUInt64(if(by_dim = 'previous', tot.prev_hours_with_data, tot.cur_hours_with_data)) AS hours_with_data
 FROM base
 FULL JOIN pieces AS p USING (by_dim, grp)
-FULL JOIN (SELECT by_dim, toNullable(grp) AS grp, rm_spend, rm_idle FROM rm) AS rm USING (by_dim, grp)
+FULL JOIN (SELECT by_dim, toNullable(grp) AS grp, rm_spend, rm_idle, rm_down FROM rm) AS rm USING (by_dim, grp)
 FULL JOIN tk USING (by_dim, grp)
 CROSS JOIN tot
 ORDER BY by_dim, spend_usd DESC, grp

@@ -25,7 +25,8 @@ One run's p95 is its 3rd-largest of 48 values, and the real one moved 2-3x betwe
 decides it. Pooled, the p95 is the ~10th-largest of 192, and the same number of emulated requests sits
 opposite, each run beside its real one: a stall moves it less, and both sides are sampled alike. Medians
 over repeats (the previous statistic) and per-repeat ratios are kept in the artifact. They must agree
-within 25% (throughput is asserted; TTFT and ITL are an expected failure when outside, see KNOWN_GAP).
+within 25% (all four asserted; TTFT and ITL an expected failure only on a host where vLLM waited for
+its cores, see MAX_WORKER_WAIT).
 Figures go to tests/artifacts/vllm_fidelity.json: pooled and per repeat, the TTFT split (queue, prefill,
 front end; p50/p95 pooled) of real, emulated and calibration traffic, the fitted profiles, the committed
 profile's ratios, the load and vLLM's run-queue wait share per process (schedstat) around each run.
@@ -53,20 +54,15 @@ FIELDS = ("base_s", "input_overhead_s", "prefill_per_token_s", "decode_per_seq_s
           "frontend_input_s", "frontend_per_token_s", "frontend_busy_share")
 TOLERANCE = 0.25
 KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
-# Not yet held run after run (issue 13 part 5 stays open on them): TTFT and ITL. The emulator models
-# vLLM's API-server process (serving/emulator/frontend.py: input and output work, TTFT ending at its pickup
-# of the first token, as vLLM stamps it); the check fits prefill slope, front-end input and decode base to
-# the medians of vLLM's spans of the calibration traffic and compares pooled quantiles of alternating runs
-# (module doc). In the runs since (2026-12-01 19:08-20:21 UTC, load 3-26 from two other jobs on 2 cores;
-# each run's figures in serving/emulator/README.md): throughput 1.00-1.09, TTFT p50 and ITL within 25% in
-# every run but at the edge in some (1.21, 1.23, 0.78), TTFT p95 0.13-0.68 in all but the two quietest (0.90, 0.82:
-# passed, vLLM's worker waiting 13-20%): the real tails are
-# host stalls (vLLM's worker waiting 14-79% of its runnable time) and bursts of requests sent over up to
-# 0.5 s stamped within 10 ms and prefilled in one step (README), which the model lacks; a virtual replay of
-# the fitted profile gives real TTFT p50 within 0.84-1.08, the live emulated replica adds its own wait on
-# the loaded host. So TTFT and ITL stay an expected failure when outside, with the host's load in the
-# reason; throughput is asserted.
-KNOWN_GAP = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
+# All four are asserted on a host where vLLM gets its cores. Where vLLM's worker waited for a core more
+# than MAX_WORKER_WAIT of its runnable time during a real run (schedstat, ``cal.wait_share``), its TTFT
+# tail is host stalls and the run says nothing about the model: TTFT/ITL outside 25% there is an expected
+# failure naming the wait (throughput is still asserted). Quiet runs after the client-lateness and queue
+# fixes (2026-12-01 23:30-00:08 UTC; serving/emulator/README.md): worker wait 0.06-0.20, pooled ratios
+# 1.07 / 0.96 / 1.11 / 1.00, 1.08 / 1.00 / 0.97 / 1.01, 1.10 / 1.16 / 0.99 / 1.00, all within 25%; loaded runs the
+# same evening (load 10-23) waited 0.34-0.81 and their real TTFT p95 was 0.3-0.4 s of host stalls.
+LOAD_SENSITIVE = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
+MAX_WORKER_WAIT = 0.30
 REPEATS = 4
 
 
@@ -242,13 +238,16 @@ def test_emulator_matches_real_vllm_within_25_percent(stack, artifacts):
           [round(w.get("worker", 0.0), 2) for w in run_wait], "arrival stamp lag p95 real/emulated",
           [round(r["arrival_lag"].get("server_stamp_lag_s", {}).get("p95", 0.0), 3) for r in reals],
           [round(e["arrival_lag"].get("server_stamp_lag_s", {}).get("p95", 0.0), 3) for e in emus])
-    off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE and k not in KNOWN_GAP}
-    # On a host whose run queue is many times its cores, vLLM's steps wait for the scheduler and
-    # neither calibration nor comparison means much: the message says so (the check still fails).
-    assert not off, (f"emulated/real outside 1 +- {TOLERANCE}: {off}; load average {os.getloadavg()} on "
-                     f"{os.cpu_count()} CPUs; figures: {json.dumps(report, default=str)}")
-    gap = {k: round(ratios[k], 3) for k in KNOWN_GAP if abs(ratios[k] - 1) > TOLERANCE}
-    if gap:
-        pytest.xfail(f"known gap (TTFT, ITL), emulated/real outside 1 +- {TOLERANCE}: {gap} (real TTFT p95 "
-                     f"{real['ttft_p95_s']:.3f} s vs p50 {real['ttft_p50_s']:.3f} s; 1-minute "
-                     f"load average {max(loads):.1f} on {os.cpu_count()} CPUs around the real runs)")
+    wait = max(w.get("worker", 0.0) for w in run_wait)
+    off = {k: round(r, 3) for k, r in ratios.items() if abs(r - 1) > TOLERANCE}
+    stalled = {k: v for k, v in off.items() if k in LOAD_SENSITIVE} if wait > MAX_WORKER_WAIT else {}
+    off = {k: v for k, v in off.items() if k not in stalled}
+    assert not off, (f"emulated/real outside 1 +- {TOLERANCE}: {off}; vLLM's worker waited for a core "
+                     f"{wait:.0%} of its runnable time at most (the check holds TTFT/ITL up to "
+                     f"{MAX_WORKER_WAIT:.0%}); load average {os.getloadavg()} on {os.cpu_count()} CPUs; "
+                     f"figures: {json.dumps(report, default=str)}")
+    if stalled:
+        pytest.xfail(f"host too loaded to compare TTFT/ITL: vLLM's worker waited for a core {wait:.0%} of its "
+                     f"runnable time (> {MAX_WORKER_WAIT:.0%}); emulated/real {stalled} (real TTFT p95 "
+                     f"{real['ttft_p95_s']:.3f} s vs p50 {real['ttft_p50_s']:.3f} s; 1-minute load average "
+                     f"{max(loads):.1f} on {os.cpu_count()} CPUs around the real runs)")

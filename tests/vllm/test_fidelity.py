@@ -131,10 +131,16 @@ def as_arrived(workload: list, run: dict) -> list:
     time); a request with no matching span keeps its own time. The emulated run beside a real one is
     offered what reached vLLM, not what the client meant to send: on this host the client sends late
     while vLLM's processes hold the cores (``arrival_lag``), and the emulator models the server."""
-    by_key = {(q["prompt_tokens"], q["output_tokens"]): q["start_s"] for q in run["requests"]}
+    by_key = spans_by_key(run["requests"])
     first = min(r.at_s for r in workload)
-    return sorted((dataclasses.replace(r, at_s=first + by_key[(r.prompt_tokens, r.max_tokens)])
+    return sorted((dataclasses.replace(r, at_s=first + by_key[(r.prompt_tokens, r.max_tokens)]["start_s"])
                    if (r.prompt_tokens, r.max_tokens) in by_key else r for r in workload), key=lambda r: r.at_s)
+
+
+def spans_by_key(spans: list[dict]) -> dict:
+    """Engine spans by (prompt tokens, output tokens): unique in a seeded workload (``ignore_eos``: the
+    output is ``max_tokens``), so a client request finds its span."""
+    return {(q["prompt_tokens"], q["output_tokens"]): q for q in spans}
 
 
 def arrival_lag(sent: list[dict], spans: list[dict]) -> dict:
@@ -143,7 +149,7 @@ def arrival_lag(sent: list[dict], spans: list[dict]) -> dict:
     tokens) (unique in a seeded workload; unmatched requests are left out). Also how late the client
     sent against its schedule (``send_late``: sent - at). p50/p95/max of each; ``n`` matched.
     Where a burst of requests stamped within ~10 ms comes from (issue 13): the client or the server."""
-    by_key = {(q["prompt_tokens"], q["output_tokens"]): q for q in spans}
+    by_key = spans_by_key(spans)
     pairs = [(c, by_key[k]) for c in sent if (k := (c["prompt_tokens"], c["output_tokens"])) in by_key]
     if not pairs:
         return {"n": 0}

@@ -18,14 +18,13 @@ every stream the client sees with ``[DONE]``:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import aiohttp
 from opentelemetry.trace import Status, StatusCode
 
 from schema import semconv as sc
-from serving.gateway.sse import (carries_output, midstream_error_event, plain_token_event, respond, usage_only_event,
+from serving.gateway.sse import (carries_output, loads, midstream_error_event, plain_token_event, respond, usage_only_event,
                                  usage_token_event)
 from serving.gateway.watchdog import AttemptWatch, take_cancellation
 from serving.sdk.usage import StreamUsage
@@ -78,7 +77,7 @@ class RelayMixin:
     async def _relay_whole(self, send, span, aspan, status, payload, received_at, watch: AttemptWatch) -> None:
         usage = StreamUsage()
         try:
-            doc = json.loads(payload)
+            doc = loads(payload)
             if not isinstance(doc, dict):
                 raise TypeError(f"a JSON {type(doc).__name__}, not an object")
             usage.feed({"id": doc.get("id"), "model": doc.get("model"), "usage": doc.get("usage"),
@@ -145,7 +144,7 @@ class RelayMixin:
                             if not client_usage and usage_only_event(data):
                                 out = out.replace(event + b"\n\n", b"", 1)  # usage the client did not ask for
                             try:
-                                doc = json.loads(data)
+                                doc = loads(data)
                                 if not isinstance(doc, dict):
                                     raise TypeError(f"a JSON {type(doc).__name__}, not an object")
                                 usage.feed(doc)
@@ -280,7 +279,7 @@ def _catch_up(usage: StreamUsage, skipped: bytes | None) -> None:
     if skipped is None:
         return
     try:
-        doc = json.loads(skipped)
+        doc = loads(skipped)
         counted = (doc.get("usage") or {}).get("completion_tokens") if isinstance(doc, dict) else None
     except (ValueError, AttributeError):
         return

@@ -27,6 +27,7 @@ from opentelemetry.trace.status import Status, StatusCode
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_RANDOM = {flags: TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID) for flags in (_SAMPLED, _NOT_SAMPLED)}
 
 
 class LightSpan(trace.Span):
@@ -139,7 +140,7 @@ class SpanFactory:
         flags = _SAMPLED if sampled else _NOT_SAMPLED
         random_id = parent.trace_flags.random_trace_id if parent is not None else self.ids.is_trace_id_random()
         if random_id:
-            flags = TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID)
+            flags = _RANDOM[flags]
         span_context = SpanContext(trace_id, self.ids.generate_span_id(), is_remote=False, trace_flags=flags,
                                    trace_state=trace_state)
         if not recording:

@@ -96,6 +96,7 @@ import itertools, sys
 sys.path.insert(0, {root!r})
 import aiohttp, uvicorn
 from serving.gateway.server import _config, _settle_gc
+from serving.gateway.sse import read_body
 upstream = itertools.cycle({upstreams!r})
 client = []
 SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
@@ -116,12 +117,7 @@ async def app(scope, receive, send):
         await send({{"type": "http.response.start", "status": 200, "headers": []}})
         await send({{"type": "http.response.body", "body": b"ok"}})
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     async with client[0].post(next(upstream) + scope["path"], data=body,
                               headers={{"content-type": "application/json"}}) as resp:
         await send({{"type": "http.response.start", "status": resp.status, "headers": SSE}})

@@ -9,8 +9,10 @@ rows are skipped.
 
 Every round runs the three targets — ``direct`` (the load generator round-robins the replicas
 itself), ``gateway`` (``infercost gateway``, spans ON, exported to a local OTLP sink that answers
-200) and ``vllm-router`` — one after the other on the same upstreams, the order rotated each round,
-so a load spike from other work on the machine hits every target alike. Per target and round:
+200) and ``vllm-router`` (and with ``--floor`` ``passthrough``: uvicorn + aiohttp relaying bytes with
+no gateway code, the libraries' own cost) — one after the other on the same upstreams, the order
+rotated each round, so a load spike from other work on the machine hits every target alike. Per
+target and round:
 
 1. TTFT (request sent -> first chunk carrying a token) of streamed chat completions (32-word
    prompt, 16 output tokens) on 2 emulated vLLM replicas (``serving.emulator``, H100 /
@@ -86,6 +88,48 @@ async def app(scope, receive, send):
 uvicorn.run(app, host="127.0.0.1", port={port}, log_level="error", access_log=False)
 """
 
+# ``--floor``: the libraries alone — uvicorn (the gateway's server settings) in front of an aiohttp
+# session set up as the gateway's, relaying each upstream chunk as it arrives: no spans, parsing,
+# admission, retries or timeouts. What the gateway's own code adds is gateway minus this.
+PASSTHROUGH_SCRIPT = """
+import itertools, sys
+sys.path.insert(0, {root!r})
+import aiohttp, uvicorn
+from serving.gateway.server import _config, _settle_gc
+from serving.gateway.sse import read_body
+upstream = itertools.cycle({upstreams!r})
+client = []
+SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                client.append(aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0), trust_env=False,
+                    auto_decompress=False, skip_auto_headers=("User-Agent",), cookie_jar=aiohttp.DummyCookieJar(),
+                    timeout=aiohttp.ClientTimeout(total=None, sock_connect=2.0, sock_read=None)))
+            await send({{"type": message["type"] + ".complete"}})
+            if message["type"] == "lifespan.shutdown":
+                return
+    if scope["path"] == "/health":
+        await send({{"type": "http.response.start", "status": 200, "headers": []}})
+        await send({{"type": "http.response.body", "body": b"ok"}})
+        return
+    body = await read_body(receive)
+    async with client[0].post(next(upstream) + scope["path"], data=body,
+                              headers={{"content-type": "application/json"}}) as resp:
+        await send({{"type": "http.response.start", "status": resp.status, "headers": SSE}})
+        async for chunk in resp.content.iter_any():
+            await send({{"type": "http.response.body", "body": chunk, "more_body": True}})
+    await send({{"type": "http.response.body", "body": b"", "more_body": False}})
+
+server = uvicorn.Server(_config(app, "127.0.0.1", {port}, "error"))
+_settle_gc()
+server.run()
+"""
+
 GATEWAY_SCRIPT = "import sys; sys.argv[0] = 'infercost'; from infercost.cli import main; sys.exit(main())"
 
 
@@ -127,6 +171,16 @@ def start_gateway(upstreams: list[str], otlp: str) -> tuple[subprocess.Popen, st
             "--otlp-endpoint", otlp, "--queue-cap", "interactive=100000"]
     args += [f"--upstream=replica-{i}={u}" for i, u in enumerate(upstreams)]
     proc = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    wait_http(f"http://127.0.0.1:{port}/health")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def start_passthrough(upstreams: list[str]) -> tuple[subprocess.Popen, str]:
+    """The libraries-only relay (``PASSTHROUGH_SCRIPT``) round-robining ``upstreams``."""
+    port = free_port()
+    proc = subprocess.Popen([PY, "-c", PASSTHROUGH_SCRIPT.format(root=str(ROOT), upstreams=upstreams, port=port)],
+                            cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     wait_http(f"http://127.0.0.1:{port}/health")
     return proc, f"http://127.0.0.1:{port}"
@@ -322,6 +376,9 @@ def main() -> int:
     parser.add_argument("--replicas", type=int, default=2)
     parser.add_argument("--only", choices=("gateway", "vllm-router"), default=None,
                         help="skip the other proxy (profiling)")
+    parser.add_argument("--floor", action="store_true",
+                        help="also run 'passthrough': uvicorn + aiohttp relaying bytes, no gateway code (the "
+                             "libraries' own cost)")
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 5)
     rps_seconds = 3.0 if args.quick else 6.0
@@ -355,6 +412,11 @@ def main() -> int:
                 procs.append(router_stub_proc)
                 if router_stub_proc:
                     targets["vllm-router"] = ([router], [router_stub], (router_proc, router_stub_proc))
+        if args.floor:
+            pt_proc, pt = start_passthrough(replicas)
+            pt_stub_proc, pt_stub = start_passthrough(stubs)
+            procs += [pt_proc, pt_stub_proc]
+            targets["passthrough"] = ([pt], [pt_stub], (pt_proc, pt_stub_proc))
         for ttft_urls, rps_urls, _ in targets.values():  # warm up every path (connections, caches)
             run(closed_loop(ttft_urls, 16, requests=64, max_tokens=2))
             run(closed_loop(rps_urls, 16, requests=256, max_tokens=1))
@@ -436,6 +498,10 @@ def main() -> int:
             print(f"- requests/s: gateway / vllm-router = {g / r:.2f} (goal >= 1.00)")
             gc, rc = med(cpu["gateway"]), med(cpu["vllm-router"])
             print(f"- CPU per request: gateway / vllm-router = {gc / rc:.2f} (goal <= 1.20)")
+            if "passthrough" in targets:
+                pc = med(cpu["passthrough"])
+                print(f"- CPU per request: passthrough (uvicorn + aiohttp alone) / vllm-router = {pc / rc:.2f}; "
+                      f"gateway - passthrough = {gc - pc:.3f} ms (the gateway's own code, spans included)")
             for conc in TTFT_STREAMS:
                 print(f"- {conc} streams: added p50 TTFT gateway {added[('gateway', conc)]:+.1f} ms, vllm-router "
                       f"{added[('vllm-router', conc)]:+.1f} ms (goal at 64: gateway <= vllm-router + 3 ms)")

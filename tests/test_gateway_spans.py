@@ -85,3 +85,41 @@ def test_a_custom_sampler_decides():
         span.end()
         assert len(exporter.get_finished_spans()) == recorded
         assert span.get_span_context().trace_flags.sampled == bool(recorded)
+
+
+def test_processor_hooks_called_when_a_processor_has_them():
+    """on_start / _on_ending are skipped only while every processor is the SDK's batch or simple one
+    (whose hooks are the base class's no-ops); a processor added later with hooks gets every call."""
+    from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from serving.gateway.spans import _NO_HOOKS, _no_hooks
+
+    assert set(_NO_HOOKS) == {SimpleSpanProcessor, BatchSpanProcessor}  # the SDK's: bodies are ``pass``
+
+    class Counting(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            self.n = 1
+
+    assert not _no_hooks(Counting)
+
+    calls = []
+
+    class Hooked(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            calls.append(("start", span.name))
+
+        def _on_ending(self, span):
+            calls.append(("ending", span.name))
+
+        def on_end(self, span):
+            calls.append(("end", span.name))
+
+    provider, exporter = _provider()
+    factory = SpanFactory(provider.get_tracer("infercost.serving.gateway"))
+    factory.start("before", SpanKind.SERVER, None, {}).end()
+    assert not factory.hooks() and calls == []
+    provider.add_span_processor(Hooked())
+    factory.start("after", SpanKind.SERVER, None, {}).end()
+    assert calls == [("start", "after"), ("ending", "after"), ("end", "after")]
+    assert [s.name for s in exporter.get_finished_spans()] == ["before", "after"]

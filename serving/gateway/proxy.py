@@ -54,10 +54,10 @@ from serving.gateway.routing import Router
 from serving.gateway.scraper import scrape_loop
 from serving.gateway.spans import SpanFactory
 from serving.gateway.relay import SSE_HEADERS, AttemptFailed, ClientGone, RelayMixin, end_error, error_event
-from serving.gateway.sse import error_body, read_body, respond, retry_after_value
+from serving.gateway.sse import error_body, loads, read_body, respond, retry_after_value
 from serving.gateway.stats import GatewayStats, make_registry
 from serving.gateway.watchdog import AttemptWatch, take_cancellation, watchdog_loop
-from serving.sdk.context import PROPAGATOR, inject_headers, task_attributes
+from serving.sdk.context import EMPTY_CONTEXT, PROPAGATOR, baggage_header, inject_span_headers, task_attributes
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,9 @@ PROXIED_PATHS = {"/v1/chat/completions": "chat", "/v1/completions": "text_comple
 RETRYABLE_STATUS = frozenset((429, 500, 502, 503, 504))
 # Request headers forwarded upstream; trace headers are replaced by the attempt span's own.
 FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "user-agent")
+# The request headers the gateway reads (forwarded ones, trace context, baggage, priority), by their
+# raw lower-case bytes: the others (host, content-length, ...) are never decoded.
+_READ_HEADERS = {name.encode(): name for name in (*FORWARD_HEADERS, "traceparent", "tracestate", "baggage", "x-priority")}
 _USAGE_OPTIONS = b', "stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
 
 
@@ -179,9 +182,12 @@ class Gateway(RelayMixin):
     async def _proxy(self, scope, receive, send, operation: str):
         received_at = time.monotonic()
         body = await read_body(receive)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        ctx = PROPAGATOR.extract(headers)  # extract() without its re-lowering: the keys are lower-case
-        task_attrs = task_attributes(ctx)
+        headers = _read_headers(scope["headers"])
+        if "traceparent" in headers or "baggage" in headers:
+            ctx = PROPAGATOR.extract(headers)  # extract() without its re-lowering: the keys are lower-case
+            task_attrs = task_attributes(ctx)
+        else:  # what extract() returns without either header (tracestate alone is ignored)
+            ctx, task_attrs = EMPTY_CONTEXT, {}
         cfg, stats = self.config, self.stats
         priority = task_attrs.get(sc.TENANT_PRIORITY) or headers.get("x-priority") or cfg.default_priority
         attrs = {sc.GEN_AI_OPERATION_NAME: operation, sc.GATEWAY_POLICY: cfg.policy, **task_attrs}
@@ -189,7 +195,7 @@ class Gateway(RelayMixin):
         self.active_requests += 1
         try:
             try:
-                request = json.loads(body)
+                request = loads(body)
                 if not isinstance(request, dict):
                     raise ValueError("the body must be a JSON object")
             except ValueError as exc:
@@ -232,7 +238,8 @@ class Gateway(RelayMixin):
         self.budget.record_request()
         tried: set[str] = set()
         base_headers = {k: headers[k] for k in FORWARD_HEADERS if k in headers}
-        # Baggage goes upstream unchanged (vLLM ignores it; another proxy may not).
+        # Baggage goes upstream unchanged (vLLM ignores it; another proxy may not): encoded once.
+        baggage_value = baggage_header(ctx) if ctx is not EMPTY_CONTEXT else None
         parent_ctx = trace.set_span_in_context(span, ctx)
         task_id = task_attrs.get(sc.TASK_ID)
         retries = 0
@@ -265,7 +272,7 @@ class Gateway(RelayMixin):
                     aattrs[sc.GEN_AI_REQUEST_MODEL] = str(model)
                 aspan = self.spans.start("gateway.attempt", SpanKind.CLIENT, parent_ctx, aattrs)
                 up_headers = dict(base_headers)
-                inject_headers(up_headers, trace.set_span_in_context(aspan, ctx))
+                inject_span_headers(up_headers, aspan.get_span_context(), baggage_value)
                 span.set_attributes({sc.GATEWAY_REPLICA: replica.replica_id, sc.GATEWAY_RETRIES: retries})
                 watch = AttemptWatch(asyncio.current_task(), stream, cfg.first_byte_timeout_s, cfg.chunk_timeout_s,
                                      cfg.response_timeout_s)
@@ -411,6 +418,19 @@ class Gateway(RelayMixin):
                     resp.release()
                 else:
                     resp.close()
+
+
+def _read_headers(raw) -> dict[str, str]:
+    """The request headers the gateway reads (``_READ_HEADERS``), names lower-cased, values latin-1;
+    a repeated header: its last value."""
+    out = {}
+    for key, value in raw:
+        name = _READ_HEADERS.get(key)
+        if name is None:
+            if key.islower() or (name := _READ_HEADERS.get(key.lower())) is None:
+                continue
+        out[name] = value.decode("latin-1")
+    return out
 
 
 def _ask_usage(request: dict, body: bytes) -> tuple[bytes, bool]:

@@ -18,14 +18,14 @@ every stream the client sees with ``[DONE]``:
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import aiohttp
+from aiohttp.streams import EofStream
 from opentelemetry.trace import Status, StatusCode
 
 from schema import semconv as sc
-from serving.gateway.sse import (carries_output, midstream_error_event, plain_token_event, respond, usage_only_event,
+from serving.gateway.sse import (carries_output, loads, midstream_error_event, plain_token_event, respond, usage_only_event,
                                  usage_token_event)
 from serving.gateway.watchdog import AttemptWatch, take_cancellation
 from serving.sdk.usage import StreamUsage
@@ -78,7 +78,7 @@ class RelayMixin:
     async def _relay_whole(self, send, span, aspan, status, payload, received_at, watch: AttemptWatch) -> None:
         usage = StreamUsage()
         try:
-            doc = json.loads(payload)
+            doc = loads(payload)
             if not isinstance(doc, dict):
                 raise TypeError(f"a JSON {type(doc).__name__}, not an object")
             usage.feed({"id": doc.get("id"), "model": doc.get("model"), "usage": doc.get("usage"),
@@ -97,7 +97,7 @@ class RelayMixin:
         usage-only last chunk the gateway asked for on its behalf is not relayed."""
         usage = StreamUsage()
         skipped = None  # the newest token event the hot path did not decode (its usage is cumulative)
-        raw = resp.content.iter_any()
+        content = resp.content
         buf = b""
         committed = False
         saw_done = ended = False
@@ -105,10 +105,12 @@ class RelayMixin:
         try:
             while True:
                 try:
-                    chunk = await raw.__anext__()
+                    chunk = await content.readany()  # what iter_any() yields, without its iterator frame
+                    if not chunk:  # b"": the end of the body
+                        break
                     got_at = watch.last = time.monotonic()
                     watch.got_first = True
-                except StopAsyncIteration:
+                except EofStream:  # iter_any() ends on it too
                     break
                 except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                     if not committed:
@@ -131,11 +133,13 @@ class RelayMixin:
                         if data.startswith(b"[DONE]"):
                             saw_done = True
                         elif usage.chunks and data[:1] == b"{" and data[-1:] == b"}" and (
-                                plain_token_event(data)
-                                or (usage.usage_prompt_tokens is not None and usage_token_event(data))):
+                                (usage.usage_prompt_tokens is not None and usage_token_event(data))
+                                or plain_token_event(data)):
                             # Hot path: a token chunk with nothing else to read (no finish, error,
                             # and no usage we still need): count it without decoding JSON (an
-                            # object's braces are checked: garbage takes the decoding path).
+                            # object's braces are checked: garbage takes the decoding path). The
+                            # usage test first: with continuous usage every chunk has usage, so
+                            # plain_token_event would only scan it in vain (the same decision).
                             usage.chunks += 1
                             if carries_output(data):
                                 usage.content_chunks += 1
@@ -145,7 +149,7 @@ class RelayMixin:
                             if not client_usage and usage_only_event(data):
                                 out = out.replace(event + b"\n\n", b"", 1)  # usage the client did not ask for
                             try:
-                                doc = json.loads(data)
+                                doc = loads(data)
                                 if not isinstance(doc, dict):
                                     raise TypeError(f"a JSON {type(doc).__name__}, not an object")
                                 usage.feed(doc)
@@ -165,7 +169,7 @@ class RelayMixin:
                     committed = True
                 # [DONE] read and the upstream body complete: nothing can follow, so the last events
                 # and the end of the response go out in one write.
-                ended = saw_done and not buf and resp.content.is_eof()
+                ended = saw_done and not buf and content.is_eof()
                 if ended:
                     watch.active = False
                 await send({"type": "http.response.body", "body": out, "more_body": not ended})
@@ -280,7 +284,7 @@ def _catch_up(usage: StreamUsage, skipped: bytes | None) -> None:
     if skipped is None:
         return
     try:
-        doc = json.loads(skipped)
+        doc = loads(skipped)
         counted = (doc.get("usage") or {}).get("completion_tokens") if isinstance(doc, dict) else None
     except (ValueError, AttributeError):
         return

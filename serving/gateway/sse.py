@@ -8,6 +8,11 @@ from __future__ import annotations
 import json
 import re
 
+try:
+    import orjson
+except ImportError:  # optional: json.loads alone gives the same results
+    orjson = None
+
 # Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
 NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
 OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
@@ -15,6 +20,26 @@ OUTPUT = re.compile(rb'"(?:content|text|reasoning_content)": ?"[^"]')
 # finish reasons, errors, tool calls and the usage-only last chunk (``"choices": []``) do.
 NEEDS_DECODE_BESIDES_USAGE = re.compile(rb'"(?:error|tool_calls)"|"finish_reason": ?"|"choices": ?\[\]')
 USAGE_ONLY = re.compile(rb'"choices": ?\[\]')
+
+
+# A run of 19+ digits: an integer orjson would turn into a float (beyond 64 bits), where json keeps an int.
+_LONG_NUMBER = re.compile(rb"\d{19}")
+
+
+def loads(data: bytes):
+    """``json.loads(data)``, the same result and the same exceptions, in about a fifth of the time.
+
+    orjson parses first (~1 us for a vLLM chunk against ~4.5 us); what it rejects goes to
+    ``json.loads`` (which accepts some of it: lone surrogates, a BOM, UTF-16, NaN...), and input with
+    an integer of 19+ digits goes to ``json.loads`` directly (orjson reads integers beyond 64 bits
+    as floats). Where orjson accepts, it returns what ``json.loads`` returns (checked in
+    tests/test_gateway_sse_loads.py)."""
+    if orjson is not None and _LONG_NUMBER.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 def plain_token_event(data: bytes) -> bool:

@@ -20,7 +20,6 @@ import time
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, Tracer as SdkTracer
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
@@ -28,25 +27,6 @@ from opentelemetry.trace.status import Status, StatusCode
 _UNSET = Status(StatusCode.UNSET)
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-
-
-def _pass(self, span, parent_context=None):
-    pass
-
-
-def _does_nothing(func) -> bool:
-    """True for a plain function whose body is ``pass`` (or a docstring): the same bytecode as ``_pass``."""
-    code = getattr(func, "__code__", None)
-    return code is not None and code.co_code == _pass.__code__.co_code
-
-
-def _no_hooks(cls) -> bool:
-    return _does_nothing(getattr(cls, "on_start", None)) and _does_nothing(getattr(cls, "_on_ending", None))
-
-
-# The SDK's batch and simple processors: their on_start and _on_ending do nothing (in the SDK versions
-# where the check holds; tests/test_gateway_spans.py).
-_NO_HOOKS = tuple(cls for cls in (BatchSpanProcessor, SimpleSpanProcessor) if _no_hooks(cls))
 _RANDOM = {flags: TraceFlags(flags | TraceFlags.RANDOM_TRACE_ID) for flags in (_SAMPLED, _NOT_SAMPLED)}
 
 
@@ -111,7 +91,7 @@ class LightSpan(trace.Span):
             return
         self._ended = True
         f = self._factory
-        if f.on_ending is not None and f.hooks():
+        if f.on_ending is not None:
             f.on_ending(self)
         f.processor.on_end(ReadableSpan(name=self.name, context=self._context, parent=self.parent, resource=f.resource,
                                         attributes=self._attributes, kind=self.kind, status=self._status,
@@ -127,7 +107,6 @@ class SpanFactory:
 
     def __init__(self, tracer):
         self.tracer = tracer
-        self._procs_seen, self._hooks = None, True
         self.light = type(tracer) is SdkTracer and hasattr(tracer, "span_processor")
         if self.light:
             self.processor = tracer.span_processor
@@ -169,17 +148,5 @@ class SpanFactory:
         # As the SDK: the span starts with the attributes the sampler returned (AlwaysOn / ParentBased: the given ones).
         attrs = {k: tuple(v) if v.__class__ is list else v for k, v in given.items()} if given else {}
         span = LightSpan(self, name, span_context, parent, kind, attrs, time.time_ns())
-        if self.hooks():
-            self.processor.on_start(span, parent_context=context)
+        self.processor.on_start(span, parent_context=context)
         return span
-
-    def hooks(self) -> bool:
-        """False while every span processor is the SDK's batch or simple one, whose ``on_start`` and
-        ``_on_ending`` do nothing (two calls a span saved); re-checked when a processor is added."""
-        procs = getattr(self.processor, "_span_processors", None)
-        if procs is None:
-            return True
-        if procs is not self._procs_seen:
-            self._procs_seen = procs
-            self._hooks = not all(type(p) in _NO_HOOKS for p in procs)
-        return self._hooks

@@ -38,6 +38,8 @@ machine's drift hits each the same way); CPU-seconds per 100k spans are of the p
 the embedded engine (merges included): this one for (2)-(5), the collector's for (1); wall spans/s
 over the timed part.
 
+``--prepare [--rounds 9]``: the receiver's Python validation alone (:func:`bench_prepare`).
+
 ``--breakdown [--reps 5]`` prices parts of the insert: 102,400-span inserts alternated over databases
 of one engine (jobs stopped) that differ in one thing each: as migrated; without ``llm_calls_mv``;
 with ``llm_calls_mv`` writing into a Null table (its expressions without the ``llm_calls`` write
@@ -501,6 +503,32 @@ def bench_drain(engine_dir: str, bodies: list[bytes], in_flight: list[str], roun
               f"{cpu:.2f} CPU-s per 100k spans, RSS +{grow:,.0f} MB at peak")
 
 
+def bench_prepare(bodies: list[bytes], rounds: int) -> None:
+    """The receiver's Python validation alone: :func:`collectors.otlp_traces.prepare_traces` on every
+    body (as the receiver calls it: with time bounds), ``rounds`` times; median CPU-s per 100k spans,
+    and that of the same calls measuring each span with ``ByteSize()`` (the wire sizes turned off, as
+    for a JSON body) for comparison in the same run."""
+    from collectors import otlp_common as common
+    from collectors import otlp_traces
+
+    bounds = common.TimeBounds.around(time.time_ns(), 3650, 300.0)
+    spans = len(bodies) * SPANS_PER_REQUEST
+    wire_sizes = otlp_traces._wire_sizes
+    cpu: dict[str, list[float]] = {"wire sizes": [], "ByteSize per span": []}
+    for rnd in range(rounds):
+        for name in (list(cpu) if rnd % 2 == 0 else list(cpu)[::-1]):
+            otlp_traces._wire_sizes = wire_sizes if name == "wire sizes" else (lambda raw: None)
+            c0 = time.process_time()
+            for body in bodies:
+                otlp_traces.prepare_traces(body, common.PROTOBUF, bounds=bounds)
+            cpu[name].append((time.process_time() - c0) / spans * 1e5)
+    otlp_traces._wire_sizes = wire_sizes
+    print(f"prepare_traces, {spans} spans, medians of {rounds} alternating rounds "
+          f"(load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}):")
+    for name, values in cpu.items():
+        print(f"  {name:18s} {sorted(values)[len(values) // 2]:.3f} CPU-s per 100k spans")
+
+
 def bench_breakdown(engine_dir: str, reps: int) -> None:
     from collectors.ingest import insert_trace_payloads
     from schema import jobs
@@ -560,6 +588,8 @@ def main() -> None:
                              "each round, alternated (e.g. 1,2 compares one insert at a time with two side by side)")
     parser.add_argument("--e2e-only", action="store_true",
                         help="only the end-to-end rounds (receiver CPU and memory), no limit / direct / naive runs")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only time the receiver's Python validation (prepare_traces), see bench_prepare")
     parser.add_argument("--drain", action="store_true",
                         help="only the writer draining a full spool, per --inserts-in-flight value (default 1,2)")
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
@@ -579,6 +609,9 @@ def main() -> None:
     n_requests = max(1, args.spans // SPANS_PER_REQUEST)
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)
     bodies = make_requests(n_requests)
+    if args.prepare:
+        bench_prepare(bodies, args.rounds)
+        return
     if args.drain:
         print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:

@@ -11,6 +11,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from collectors import otlp_common as common
 from collectors.otlp_traces import prepare_traces
+from google.protobuf.internal.encoder import _VarintBytes
 
 TRACE = bytes(range(1, 17))
 
@@ -138,3 +139,66 @@ def test_json_ids_are_hex_and_checked_per_span():
     assert span.attributes[0].value.int_value == 42
     with pytest.raises(common.UndecodableBody, match="invalid JSON"):
         prepare_traces(b"{not json", common.JSON)
+
+
+def _layered_request():
+    """Two resources x two scopes, spans of 1-, 2- and 3-byte length prefixes (up to 20 KB)."""
+    req = ExportTraceServiceRequest()
+    n = 0
+    for r in range(2):
+        rs = req.resource_spans.add()
+        rs.resource.attributes.add(key="service.name").value.string_value = f"svc{r}"
+        for s in range(2):
+            ss = rs.scope_spans.add()
+            ss.scope.name = f"scope{r}{s}"
+            for size in (0, 300, 20_000):
+                n += 1
+                sp = ss.spans.add(trace_id=TRACE, span_id=n.to_bytes(8, "big"), name="s",
+                                  start_time_unix_nano=1, end_time_unix_nano=2)
+                if size:
+                    sp.attributes.add(key="v", value=AnyValue(string_value="x" * size))
+    return req
+
+
+def test_wire_sizes_are_each_message_bytesize():
+    from collectors.otlp_traces import _wire_sizes
+
+    req = _layered_request()
+    expected = [(rs.resource.ByteSize(), [(ss.scope.ByteSize(), [sp.ByteSize() for sp in ss.spans])
+                                          for ss in rs.scope_spans]) for rs in req.resource_spans]
+    assert _wire_sizes(req.SerializeToString()) == expected
+    assert [len(scopes) for _, scopes in expected] == [2, 2] and expected[0][1][0][1][0] < 128 < expected[0][1][0][1][2]
+    assert _wire_sizes(b"\x0a\x05\x12\x03\x12\x09") is None  # a span said to run past its scope
+    assert _wire_sizes(b"\x0a\xff\xff\xff\xff\x0f") is None
+
+
+def test_oversized_keys_found_in_every_resource_scope_and_span_from_the_wire_sizes():
+    long_key = "k" * 1500
+    req = _layered_request()
+    req.resource_spans[1].resource.attributes.add(key=long_key).value.string_value = "r"
+    req.resource_spans[1].scope_spans[1].scope.attributes.add(key=long_key).value.string_value = "s"
+    target = req.resource_spans[1].scope_spans[1].spans[1]
+    target.attributes.add(key=long_key).value.int_value = 7
+    body = req.SerializeToString()
+    # an unknown field (number 9, varint) in that scope's bytes, before its spans: still read past
+    scope_bytes = req.resource_spans[1].scope_spans[1].SerializeToString()
+    assert body.count(scope_bytes) == 1
+    patched = b"\x48\x01" + scope_bytes
+    rs_bytes = req.resource_spans[1].SerializeToString()
+    new_rs = rs_bytes.replace(scope_bytes, patched)
+    new_rs = new_rs.replace(b"\x12" + _VarintBytes(len(scope_bytes)) + patched,
+                            b"\x12" + _VarintBytes(len(patched)) + patched)
+    body = body.replace(b"\x0a" + _VarintBytes(len(rs_bytes)) + rs_bytes,
+                        b"\x0a" + _VarintBytes(len(new_rs)) + new_rs)
+    parsed = ExportTraceServiceRequest.FromString(body)
+    assert parsed != req
+    parsed.DiscardUnknownFields()
+    assert parsed == req  # the same request, one unknown field more
+    prepared = prepare_traces(body, max_attribute_bytes=65_535)
+    assert (prepared.accepted, prepared.rejected, prepared.truncated) == (12, 0, 3)
+    kept = ExportTraceServiceRequest.FromString(prepared.payload)
+    rs = kept.resource_spans[1]
+    assert [a.key for a in rs.resource.attributes] == ["service.name", "k" * 1024]
+    assert [a.key for a in rs.scope_spans[1].scope.attributes] == ["k" * 1024]
+    assert [a.key for a in rs.scope_spans[1].spans[1].attributes] == ["v", "k" * 1024]
+    assert rs.scope_spans[1].spans[2].attributes[0].value.string_value == "x" * 20_000  # under the value limit

@@ -99,109 +99,13 @@ def span_problem(span) -> str:
     return ""
 
 
-def _wire_sizes(raw: bytes) -> list | None:
-    """Serialized sizes of the resources, scopes and spans in ``raw`` (an ``ExportTraceServiceRequest``),
-    read from the protobuf wire format without building the messages; None when the bytes hold
-    anything but the plain layout (then the caller asks each message its ``ByteSize()``).
-
-    Returns one ``(resource_bytes, [(scope_bytes, [span_bytes, ...]), ...])`` per ``resource_spans``
-    element, in wire order (the parsed message's order: repeated elements are appended as read). A
-    field sent twice (merged by the parser) is counted with both occurrences, so each size is at
-    least the parsed message's ``ByteSize()`` and never hides an oversized attribute.
-    """
-    out = []
-    try:
-        for field, start, end in _fields(raw, 0, len(raw)):
-            if field != 1:
-                continue
-            resource, scopes = 0, []
-            for rfield, rstart, rend in _fields(raw, start, end):
-                if rfield == 1:
-                    resource += rend - rstart
-                elif rfield == 2:
-                    scope, spans = 0, []
-                    pos = rstart
-                    while pos < rend:  # ScopeSpans: the spans (field 2) inline, they are the bulk
-                        if raw[pos] == 0x12:
-                            size = raw[pos + 1]
-                            pos += 2
-                            if size >= 0x80:
-                                size &= 0x7F
-                                shift = 7
-                                while True:
-                                    b = raw[pos]
-                                    pos += 1
-                                    size |= (b & 0x7F) << shift
-                                    if b < 0x80:
-                                        break
-                                    shift += 7
-                            spans.append(size)
-                            pos += size
-                            continue
-                        sfield, sstart, pos = _field_at(raw, pos, rend)
-                        if sfield == 1:
-                            scope += pos - sstart
-                    if pos != rend:
-                        return None
-                    scopes.append((scope, spans))
-            out.append((resource, scopes))
-    except (IndexError, ValueError):
-        return None
-    return out
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _field_at(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
-    """(field number, start of its value, end of its value) of the field at ``pos``; ValueError when
-    the bytes are not protobuf; the value of a non-length-delimited field is given as empty."""
-    key, pos = _varint(buf, pos)
-    wire = key & 7
-    if wire == 2:
-        size, pos = _varint(buf, pos)
-        start, pos = pos, pos + size
-    elif wire == 0:
-        _, pos = _varint(buf, pos)
-        start = pos
-    elif wire == 1:
-        pos += 8
-        start = pos
-    elif wire == 5:
-        pos += 4
-        start = pos
-    else:  # groups are not used by OTLP
-        raise ValueError(f"wire type {wire}")
-    if pos > end:
-        raise ValueError("field runs past its message")
-    return key >> 3, start, pos
-
-
-def _fields(buf: bytes, pos: int, end: int):
-    while pos < end:
-        field, start, pos = _field_at(buf, pos, end)
-        yield field, start, pos
-
-
 def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
-              walk_above: int, bounds: common.TimeBounds | None, ids: list[bytes],
-              sizes: list | None = None) -> tuple[int, int, bool, list]:
+              walk_above: int, bounds: common.TimeBounds | None, ids: list[bytes]) -> tuple[int, int, bool, list]:
     """Drop invalid spans from ``request`` in place; append each accepted span's id to ``ids``.
 
     Returns (accepted, newest_ns, changed, big) where ``big`` lists the messages (resources and
     spans) whose serialized size exceeds ``walk_above`` bytes: only they can hold an oversized
-    attribute key or value, so only they are walked for truncation. ``sizes``: those sizes as
-    :func:`_wire_sizes` read them from the request's bytes (else each message's ``ByteSize()``).
+    attribute key or value, so only they are walked for truncation.
     """
     accepted = 0
     newest = 0
@@ -214,21 +118,11 @@ def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
     append = ids.append
     zero_trace, zero_span = _ZERO_TRACE, _ZERO_SPAN
     for rs_i, rs in enumerate(request.resource_spans):
-        rs_sizes = sizes[rs_i] if sizes is not None else None
-        if rs_sizes is not None and len(rs_sizes[1]) != len(rs.scope_spans):
-            rs_sizes = None
-        if (rs_sizes[0] if rs_sizes is not None else rs.resource.ByteSize()) > walk_above:
+        if rs.resource.ByteSize() > walk_above:
             big.append((f"resource_spans[{rs_i}] resource", rs.resource))
         for ss_i, ss in enumerate(rs.scope_spans):
             bad: list[int] = []
-            if rs_sizes is not None:
-                scope_size, span_sizes = rs_sizes[1][ss_i]
-                if len(span_sizes) != len(ss.spans):
-                    span_sizes = None
-                walk = span_sizes is None or max(span_sizes, default=0) > walk_above
-            else:
-                scope_size, span_sizes, walk = ss.scope.ByteSize(), None, True
-            if scope_size > walk_above:
+            if ss.scope.ByteSize() > walk_above:
                 big.append((f"resource_spans[{rs_i}].scope_spans[{ss_i}] scope", ss.scope))
             for sp_i, span in enumerate(ss.spans):
                 tid, sid, pid = span.trace_id, span.span_id, span.parent_span_id
@@ -249,7 +143,7 @@ def _validate(request: ExportTraceServiceRequest, rejections: _Rejections,
                 append(sid)
                 if end > newest:
                     newest = end
-                if walk and (span_sizes[sp_i] if span_sizes is not None else span.ByteSize()) > walk_above:
+                if span.ByteSize() > walk_above:
                     big.append((None, span))
             for sp_i in reversed(bad):
                 del ss.spans[sp_i]
@@ -414,10 +308,7 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
             request.ParseFromString(raw)
     walk_above = min(max_attribute_bytes, common.MAX_ATTRIBUTE_KEY_BYTES)
     ids: list[bytes] = []
-    sizes = _wire_sizes(raw) if raw is not None else None
-    if sizes is not None and len(sizes) != len(request.resource_spans):
-        sizes = None
-    accepted, newest, changed, big = _validate(request, rejections, walk_above, bounds, ids, sizes)
+    accepted, newest, changed, big = _validate(request, rejections, walk_above, bounds, ids)
     for where, message in big:
         if where is not None:  # a resource or a scope
             common.truncate_attributes(message.attributes, max_attribute_bytes, where, truncations)

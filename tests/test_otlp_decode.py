@@ -160,19 +160,7 @@ def _layered_request():
     return req
 
 
-def test_wire_sizes_are_each_message_bytesize():
-    from collectors.otlp_traces import _wire_sizes
-
-    req = _layered_request()
-    expected = [(rs.resource.ByteSize(), [(ss.scope.ByteSize(), [sp.ByteSize() for sp in ss.spans])
-                                          for ss in rs.scope_spans]) for rs in req.resource_spans]
-    assert _wire_sizes(req.SerializeToString()) == expected
-    assert [len(scopes) for _, scopes in expected] == [2, 2] and expected[0][1][0][1][0] < 128 < expected[0][1][0][1][2]
-    assert _wire_sizes(b"\x0a\x05\x12\x03\x12\x09") is None  # a span said to run past its scope
-    assert _wire_sizes(b"\x0a\xff\xff\xff\xff\x0f") is None
-
-
-def test_oversized_keys_found_in_every_resource_scope_and_span_from_the_wire_sizes():
+def test_oversized_keys_found_in_every_resource_scope_and_span():
     long_key = "k" * 1500
     req = _layered_request()
     req.resource_spans[1].resource.attributes.add(key=long_key).value.string_value = "r"
@@ -202,3 +190,36 @@ def test_oversized_keys_found_in_every_resource_scope_and_span_from_the_wire_siz
     assert [a.key for a in rs.scope_spans[1].scope.attributes] == ["k" * 1024]
     assert [a.key for a in rs.scope_spans[1].spans[1].attributes] == ["v", "k" * 1024]
     assert rs.scope_spans[1].spans[2].attributes[0].value.string_value == "x" * 20_000  # under the value limit
+
+
+_IDS = {"trace": [b"", b"\x00" * 16, TRACE, TRACE[:15], TRACE + b"\x01"],
+        "span": [b"", b"\x00" * 8, b"\x01" * 8, b"\x01" * 7, b"\x01" * 9],
+        "parent": [b"", b"\x00" * 8, b"\x02" * 8, b"\x02" * 7]}
+
+
+def test_validation_accepts_exactly_what_span_problem_and_the_time_bounds_accept():
+    """The receiver's inline id / time checks (its hot loop) agree with ``span_problem`` and
+    ``TimeBounds.problem``, the functions whose messages it reports."""
+    import itertools
+
+    now = 1_700_000_000 * 10**9
+    grid = itertools.product(_IDS["trace"], _IDS["span"], _IDS["parent"], [0, 1, now - 10**9, now, now + 10**12],
+                             [-1, 0, 10**9, 400 * 86_400 * 10**9], [False, True])
+    for case in grid:  # every combination: 4,000 one-span requests
+        _check_one_span(*case, now)
+
+
+def _check_one_span(tid, sid, pid, start, length, bounded, now):
+    from collectors.otlp_traces import span_problem
+
+    req = ExportTraceServiceRequest()
+    span = req.resource_spans.add().scope_spans.add().spans.add(
+        trace_id=tid, span_id=sid, parent_span_id=pid, name="s", start_time_unix_nano=start,
+        end_time_unix_nano=max(0, start + length))
+    bounds = common.TimeBounds.around(now, 3650, 300.0) if bounded else None
+    problem = span_problem(span) or (bounds.problem(span.start_time_unix_nano, span.end_time_unix_nano)
+                                     if bounds is not None else "")
+    prepared = prepare_traces(req.SerializeToString(), bounds=bounds)
+    assert (prepared.accepted, prepared.rejected) == ((0, 1) if problem else (1, 0))
+    if span_problem(span):
+        assert span_problem(span) in prepared.message

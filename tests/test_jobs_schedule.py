@@ -102,6 +102,32 @@ def test_run_plan_raises_the_first_error_and_starts_nothing_that_needs_it():
     assert ("replica_minutes", 1) not in ran and ("tasks", 1) not in ran and ("cost", 2) not in ran
 
 
+
+def test_run_plan_starts_the_first_worker_while_the_second_client_opens_and_raises_its_error():
+    first_started = threading.Event()
+    ran = []
+
+    class SlowClone(_Client):
+        def clone(self):
+            # opening a client takes engine queries; the first worker must not wait for it
+            assert first_started.wait(5), "the first worker waited for the clone"
+            return super().clone()
+
+    def execute(client, task):
+        first_started.set()
+        ran.append(task.key)
+
+    clones = []
+    run_plan(SlowClone(clones), plan(_chunks(2)), execute, workers=2)
+    assert len(ran) == len(plan(_chunks(2))) and len(clones) == 1 and clones[0].closed
+
+    class FailingClone(_Client):
+        def clone(self):
+            raise RuntimeError("cannot open the store")
+
+    with pytest.raises(RuntimeError, match="cannot open the store"):
+        run_plan(FailingClone([]), plan(_chunks(2)), lambda client, task: None, workers=2)
+
 FLEET = """gpu_types:
   H100: {{prices: [{{usd_per_gpu_hour: 3.6, valid_from: 2025-01-01}}]}}
   A100: {{prices: [{{usd_per_gpu_hour: 1.8, valid_from: 2025-01-01}}]}}

@@ -5,7 +5,8 @@ writes ClickHouse goes through :class:`Store`; it
 
 * opens the backend named by a URL (``chdb://<dir>``, ``chdb://memory``, ``http(s)://…``),
 * creates our database with ``ENGINE = Atomic`` (refreshable materialized views need it on chDB),
-* tags every call with ``log_comment`` (visible in ``system.query_log``) and times it,
+* tags every call with ``log_comment`` on a server (visible in ``system.query_log``; chDB keeps
+  no query log) and times it,
 * retries only transient errors (network, server overload) and raises typed errors
   (:mod:`schema.store_errors`: unavailable with a reason, payload, query).
 
@@ -117,7 +118,12 @@ class Store:
 
     def _call(self, tag: str, fn, *args, **kwargs):
         settings = dict(kwargs.pop("settings", None) or {})
-        settings.setdefault("log_comment", f"infercost:{tag}")
+        if not self.embedded:
+            # the tag in the server's system.query_log. Not on chDB: it keeps no query log, and
+            # clickhouse-connect's chDB backend applies a statement's settings by reading
+            # system.settings, SET and SET back around it (3 extra engine queries, 7-15 ms a
+            # statement; the cost jobs' fixed cost, schema/jobs/README.md)
+            settings.setdefault("log_comment", f"infercost:{tag}")
         attempt = 0
         while True:
             start = time.perf_counter()

@@ -33,16 +33,25 @@ def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
     assert deps[("cost", 2)] == {("reconcile", 2), ("delete", 2), ("replica_minutes", 1)}
     assert deps[("replica_minutes", 2)] == {("cost", 2)}
     assert deps[("tasks", 2)] == {("cost", 2), ("tasks", 1)}
-    # the hourly rollups: the rows that need no tasks after the chunk's replica_minutes (beside its
-    # tasks), the task rows and marks after both, and after the previous chunk's (a shared hour)
-    assert deps[("rollup_calls", 0)] == {("replica_minutes", 0)}
-    assert deps[("rollup_calls", 2)] == {("replica_minutes", 2), ("rollup_calls", 1)}
-    assert deps[("rollup", 0)] == {("rollup_calls", 0), ("tasks", 0)}
-    assert deps[("rollup", 2)] == {("rollup_calls", 2), ("tasks", 2), ("rollup", 1)}
-    # resolution and delete run at most AHEAD (2) chunks ahead of the chain
+    # the scratch rows dropped after replica_minutes (their last reader), off the chain
+    assert deps[("scratch", 2)] == {("replica_minutes", 2)}
+    # the hourly rollups: each file's rows as soon as what it reads is written (calls after cost,
+    # replica rows after replica_minutes, task rows after tasks), the marks and blocks after all
+    # three; each after the previous chunk's same step (a shared hour)
+    assert deps[("rollup_calls", 0)] == {("cost", 0)}
+    assert deps[("rollup_calls", 2)] == {("cost", 2), ("rollup_calls", 1)}
+    assert deps[("rollup_replicas", 2)] == {("replica_minutes", 2), ("rollup_replicas", 1)}
+    assert deps[("rollup_tasks", 0)] == {("tasks", 0)}
+    assert deps[("rollup_tasks", 2)] == {("tasks", 2), ("rollup_tasks", 1)}
+    assert deps[("rollup", 0)] == {("rollup_calls", 0), ("rollup_replicas", 0), ("rollup_tasks", 0)}
+    assert deps[("rollup", 2)] == {("rollup_calls", 2), ("rollup_replicas", 2), ("rollup_tasks", 2), ("rollup", 1)}
+    # resolution and delete run at most AHEAD (2) chunks ahead of the chain: after the scratch rows
+    # of the chunk AHEAD before are dropped
     assert deps[("resolve", 1)] == deps[("inputs", 1)] == deps[("delete", 1)] == set()
-    assert deps[("resolve", 3)] == deps[("inputs", 3)] == deps[("delete", 3)] == {("replica_minutes", 1)}
-
+    assert deps[("resolve", 3)] == deps[("inputs", 3)] == deps[("delete", 3)] == {("scratch", 1)}
+    # every step's files run once per chunk, each .sql file of the chunk exactly once
+    files = [f for t in plan(_chunks(1)) for f in t.files]
+    assert sorted(files) == sorted(set(files))
 
 class _Client:
     def __init__(self, log):
@@ -92,6 +101,32 @@ def test_run_plan_raises_the_first_error_and_starts_nothing_that_needs_it():
         run_plan(_Client([]), tasks, execute, workers=2)
     assert ("replica_minutes", 1) not in ran and ("tasks", 1) not in ran and ("cost", 2) not in ran
 
+
+
+def test_run_plan_starts_the_first_worker_while_the_second_client_opens_and_raises_its_error():
+    first_started = threading.Event()
+    ran = []
+
+    class SlowClone(_Client):
+        def clone(self):
+            # opening a client takes engine queries; the first worker must not wait for it
+            assert first_started.wait(5), "the first worker waited for the clone"
+            return super().clone()
+
+    def execute(client, task):
+        first_started.set()
+        ran.append(task.key)
+
+    clones = []
+    run_plan(SlowClone(clones), plan(_chunks(2)), execute, workers=2)
+    assert len(ran) == len(plan(_chunks(2))) and len(clones) == 1 and clones[0].closed
+
+    class FailingClone(_Client):
+        def clone(self):
+            raise RuntimeError("cannot open the store")
+
+    with pytest.raises(RuntimeError, match="cannot open the store"):
+        run_plan(FailingClone([]), plan(_chunks(2)), lambda client, task: None, workers=2)
 
 FLEET = """gpu_types:
   H100: {{prices: [{{usd_per_gpu_hour: 3.6, valid_from: 2025-01-01}}]}}

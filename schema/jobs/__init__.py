@@ -162,7 +162,7 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
                 client.command(statement, params, tag=f"jobs.{task.job}")
         with lock:
             result.seconds[task.job] = result.seconds.get(task.job, 0.0) + time.perf_counter() - t0
-            if task.kind == "replica_minutes":
+            if task.kind == "scratch":
                 c.scratch_dropped = True
         if task.kind == "tasks" and progress:
             rows = _history_counts(client, c.start, c.end).get("call_costs", 0)
@@ -278,7 +278,8 @@ def recompute_late(store, *, retention_days: int = 30, progress=None) -> list[tu
 
 def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT_CHUNK) -> int:
     """Rewrite the hourly rollups (migration 0170) of every hour ``[start, end)`` touches from the
-    cost tables' history, as :func:`run_jobs` does for each of its chunks (``run_cost_rollup_calls.sql``, ``run_cost_rollup.sql``),
+    cost tables' history, as :func:`run_jobs` does for each of its chunks (``run_cost_rollup_calls.sql``, ``run_cost_rollup_replicas.sql``,
+    ``run_cost_rollup.sql``, ``run_cost_rollup_marks.sql``, ``run_cost_blocks.sql``),
     in chunks of ``chunk``, oldest first. Hours not wholly below the watermark are marked incomplete
     (readers take them from the raw tables). Returns the number of chunks run.
 
@@ -291,7 +292,8 @@ def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT
     base_id, n = time.time_ns(), 0
     while start < end:
         stop_at = min(start + chunk, end)
-        for statement in (_statements("run_cost_rollup_calls") + _statements("run_cost_rollup")
+        for statement in (_statements("run_cost_rollup_calls") + _statements("run_cost_rollup_replicas")
+                          + _statements("run_cost_rollup") + _statements("run_cost_rollup_marks")
                           + _statements("run_cost_blocks")):
             store.command(statement, {"ws": start, "we": stop_at, "run_id": base_id + n}, tag="jobs.rollup")
         start, n = stop_at, n + 1

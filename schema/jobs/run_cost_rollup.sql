@@ -1,9 +1,10 @@
--- Explicit-window run of the hourly rollups (migration 0170), second part: after the chunk's tasks
--- and run_cost_rollup_calls.sql (the rows that need no tasks), the task rows, then the marks of
--- every hour [ws, we) touched, as a new version (run_id). Hours wholly below the watermark are summed from *_history and marked complete; a touched hour
--- that is not (the live window's, or the hour `we` cuts) is marked incomplete, so readers take it
--- from the raw tables. The rows come first, the marks last: until its mark is written a reader
--- keeps the hour's previous version. Insert-only: no mutation, no delete.
+-- Explicit-window run of the hourly rollups (migration 0170): the task rows, after the chunk's tasks
+-- (schema/jobs/schedule.py: step *rollup_tasks*), beside the rows run_cost_rollup_calls.sql and
+-- run_cost_rollup_replicas.sql write; run_cost_rollup_marks.sql then marks every hour [ws, we)
+-- touched. Hours wholly below the watermark are summed from *_history and marked complete; a touched
+-- hour that is not (the live window's, or the hour `we` cuts) is marked incomplete, so readers take
+-- it from the raw tables. Until its mark is written a reader keeps the hour's previous version.
+-- Insert-only: no mutation, no delete.
 -- h0 = first touched hour, h1 = end of the complete hours, h_end = end of the touched hours.
 INSERT INTO cost_task_hours
 WITH toStartOfHour({ws:DateTime}) AS h0,
@@ -31,11 +32,3 @@ INNER JOIN (SELECT task_id, minute FROM tasks_history
             WHERE outcome = 'success' AND minute >= h0 AND minute < h1) AS t ON c.task_id = t.task_id
 WHERE c.minute >= toStartOfHour(t.minute) - INTERVAL 1 DAY AND c.minute < toStartOfHour(t.minute) + INTERVAL 1 HOUR
 GROUP BY hour, replica;
-
--- Last: the marks. Complete = the whole hour below the watermark.
-INSERT INTO cost_rollup_hours (hour, version, complete)
-WITH toStartOfHour({ws:DateTime}) AS h0,
-     toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
-     least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
-SELECT h0 + toIntervalHour(number) AS hour, {run_id:UInt64}, toUInt8(hour < h1)
-FROM numbers(toUInt64(dateDiff('hour', h0, h_end)));

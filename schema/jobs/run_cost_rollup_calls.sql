@@ -1,9 +1,11 @@
 -- Explicit-window run of the hourly rollups (migration 0170), first part: the rows that need only the
--- chunk's call_costs and replica_minutes (and the raw engine calls), so they run beside the chunk's
--- tasks (schema/jobs/schedule.py: step *rollup_calls*); run_cost_rollup.sql writes the task rows and
--- then the marks. Every hour [ws, we) touched is rewritten as a new version (run_id); hours wholly
--- below the watermark are summed from *_history. Until the marks are written a reader keeps the
--- hour's previous version. Insert-only: no mutation, no delete.
+-- chunk's call_costs (and the raw engine calls), so they run right after the chunk's cost step, beside
+-- its replica_minutes and tasks (schema/jobs/schedule.py: step *rollup_calls*);
+-- run_cost_rollup_replicas.sql writes the replica rows after replica_minutes, run_cost_rollup.sql the
+-- task rows after tasks, run_cost_rollup_marks.sql then the marks. Every hour [ws, we) touched is
+-- rewritten as a new version (run_id); hours wholly below the watermark are summed from *_history.
+-- Until the marks are written a reader keeps the hour's previous version. Insert-only: no mutation,
+-- no delete.
 -- h0 = first touched hour, h1 = end of the complete hours, h_end = end of the touched hours.
 INSERT INTO cost_hours
 WITH toStartOfHour({ws:DateTime}) AS h0,
@@ -15,23 +17,6 @@ SELECT toStartOfHour(minute) AS hour, {run_id:UInt64} AS version, replica, model
 FROM call_costs_history
 WHERE minute >= h0 AND minute < h1
 GROUP BY hour, replica, model, task_type, tenant_id, category, call_source, partial, cached_estimated;
-
-INSERT INTO cost_replica_hours
-WITH toStartOfHour({ws:DateTime}) AS h0,
-     toStartOfHour({we:DateTime} - INTERVAL 1 SECOND) + INTERVAL 1 HOUR AS h_end,
-     least(h_end, toStartOfHour((SELECT max(watermark) FROM cost_watermark))) AS h1
-SELECT toStartOfHour(minute) AS hour, {run_id:UInt64} AS version, replica,
-       count(), sum(spend_usd), sum(allocated_usd), sum(idle_usd), sumIf(idle_usd, up = 0), countIf(up = 0),
-       sum(ifNull(running_avg, 0)), count(running_avg),
-       sum(prompt_tokens + output_tokens),
-       sumIf(ifNull(counter_prompt_tokens, 0) + ifNull(counter_generation_tokens, 0),
-             counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       countIf(counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       sumIf(ifNull(counted_tokens, 0), counter_prompt_tokens IS NOT NULL OR counter_generation_tokens IS NOT NULL),
-       countIf(in_fleet = 0), countIf(priced = 0), sum(unspanned_usd), sum(cached_estimated_tokens)
-FROM replica_minutes_history
-WHERE minute >= h0 AND minute < h1
-GROUP BY hour, replica;
 
 -- The triangle's engine figures: engine calls that ended in the hour and started at most a day before it.
 INSERT INTO cost_triangle_hours (hour, version, replica, part, requests, tokens, out_tokens, ttft_state, e2e_state)

@@ -3,7 +3,7 @@
 Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
 :func:`schema.jobs.run_jobs` only.
 
-A chunk ``[ws, we)`` of an explicit run is eight tasks (the ``.sql`` files they run):
+A chunk ``[ws, we)`` of an explicit run is twelve tasks (the ``.sql`` files they run):
 
 * ``inputs`` (``run_inputs``): the chunk's engine counters and gauges into
   ``engine_counters_runs`` / ``replica_gauges_runs`` (migration 0240). Reads raw telemetry only.
@@ -15,24 +15,28 @@ A chunk ``[ws, we)`` of an explicit run is eight tasks (the ``.sql`` files they 
 * ``cost`` (``run_call_costs``, ``advance_watermark``): ``call_costs_history`` of the chunk, then
   the watermark to ``we``. Its learned capacity reads ``replica_minutes_history`` of the 7 days
   before ``ws``, so it waits for the previous chunk's ``replica_minutes``.
-* ``replica_minutes`` (``run_replica_minutes``, ``drop_scratch``): reads the chunk's
-  ``call_costs`` (history, below the watermark) and reconciliation, then drops the scratch rows.
+* ``replica_minutes`` (``run_replica_minutes``): reads the chunk's ``call_costs`` (history, below
+  the watermark) and reconciliation.
+* ``scratch`` (``drop_scratch``): drops the chunk's scratch rows after ``replica_minutes``, the last
+  step that reads them; off the chain (``inputs``/``resolve``/``delete`` of the chunk :data:`AHEAD`
+  later wait for it, which bounds the scratch rows).
 * ``tasks`` (``run_tasks``): reads ``call_costs`` of the chunk and up to ``task_lookback_s``
   before it (the previous chunk's, done before this chunk's ``cost``).
-* ``rollup_calls`` (``run_cost_rollup_calls``): the hourly rollup rows that need no tasks (calls,
-  replica-minutes, the triangle's engine calls; migration 0170) of every hour the chunk touched,
-  after its ``replica_minutes``, so beside its ``tasks``.
-* ``rollup`` (``run_cost_rollup``, ``run_cost_blocks``): the task rows, then the marks that make
-  the hours' new version readable, then the triangle's blocks; after the chunk's ``rollup_calls``
-  and ``tasks`` and the previous chunk's ``rollup`` (an hour two chunks share is written last by
-  the later one, after both chunks' rows).
+* The hourly rollups (migration 0170) of every hour the chunk touched, each file as soon as what it
+  reads is written: ``rollup_calls`` (``run_cost_rollup_calls``: calls and the triangle's engine
+  calls) after ``cost``, ``rollup_replicas`` (``run_cost_rollup_replicas``) after
+  ``replica_minutes``, ``rollup_tasks`` (``run_cost_rollup``: tasks and the triangle's successes)
+  after ``tasks``, each after the previous chunk's same step; then ``rollup``
+  (``run_cost_rollup_marks``, ``run_cost_blocks``): the marks that make the hours' new version
+  readable, then the triangle's blocks, after the three and the previous chunk's ``rollup`` (an
+  hour two chunks share is marked last by the later one, after both chunks' rows).
 
 So ``cost`` -> ``replica_minutes`` is one chain through the chunks, and ``inputs``/``resolve``/
-``reconcile``/``delete`` of later chunks, ``tasks`` and ``rollup_calls`` run beside it. No task reads rows a task
-running beside it writes: the result is the one a single worker gets in chunk order.
-``inputs``/``resolve``/``delete`` run at most :data:`AHEAD` chunks ahead of the chain, which bounds
-the scratch rows (memory and disk: a day of calls each) and the time readers see a chunk without
-history rows.
+``reconcile``/``delete`` of later chunks, ``tasks``, the scratch drops and the rollup rows run beside
+it. No task reads rows a task running beside it writes: the result is the one a single worker gets
+in chunk order. ``inputs``/``resolve``/``delete`` run at most :data:`AHEAD` chunks ahead of the
+chain, which bounds the scratch rows (memory and disk: a day of calls each) and the time readers see
+a chunk without history rows.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-# resolve/delete of chunk i wait for replica_minutes of chunk i - AHEAD
+# inputs/resolve/delete of chunk i wait for the scratch drop of chunk i - AHEAD
 AHEAD = 2
 # task kind -> (.sql files, job the seconds count for, rank: lower runs first when several are ready)
 KINDS = {
@@ -50,10 +54,13 @@ KINDS = {
     "resolve": (("run_resolve",), "call_costs", 2),
     "reconcile": (("run_reconcile",), "call_costs", 1),
     "cost": (("run_call_costs", "advance_watermark"), "call_costs", 0),
-    "replica_minutes": (("run_replica_minutes", "drop_scratch"), "replica_minutes", 0),
+    "replica_minutes": (("run_replica_minutes",), "replica_minutes", 0),
+    "scratch": (("drop_scratch",), "delete", 1),
     "tasks": (("run_tasks",), "tasks", 1),
     "rollup_calls": (("run_cost_rollup_calls",), "rollup", 1),
-    "rollup": (("run_cost_rollup", "run_cost_blocks"), "rollup", 1),
+    "rollup_replicas": (("run_cost_rollup_replicas",), "rollup", 1),
+    "rollup_tasks": (("run_cost_rollup",), "rollup", 1),
+    "rollup": (("run_cost_rollup_marks", "run_cost_blocks"), "rollup", 1),
 }
 
 
@@ -95,25 +102,30 @@ def plan(chunks: list[Chunk]) -> list[Task]:
     tasks = []
     for c in chunks:
         i = c.index
-        ahead = [("replica_minutes", i - AHEAD)] if i >= AHEAD else []
+        ahead = [("scratch", i - AHEAD)] if i >= AHEAD else []
+        prev = (lambda kind: [(kind, i - 1)] if i else [])
         tasks += [
             # resolve first: the longest of the three (one worker's, beside inputs then delete)
             Task("resolve", c, list(ahead)),
             Task("inputs", c, list(ahead)),
             Task("delete", c, list(ahead)),
             Task("reconcile", c, [("inputs", i), ("resolve", i)]),
-            Task("cost", c, [("reconcile", i), ("delete", i)] + ([("replica_minutes", i - 1)] if i else [])),
+            Task("cost", c, [("reconcile", i), ("delete", i)] + prev("replica_minutes")),
             Task("replica_minutes", c, [("cost", i)]),
-            Task("tasks", c, [("cost", i)] + ([("tasks", i - 1)] if i else [])),
-            Task("rollup_calls", c, [("replica_minutes", i)] + ([("rollup_calls", i - 1)] if i else [])),
-            Task("rollup", c, [("rollup_calls", i), ("tasks", i)] + ([("rollup", i - 1)] if i else [])),
+            Task("tasks", c, [("cost", i)] + prev("tasks")),
+            Task("rollup_calls", c, [("cost", i)] + prev("rollup_calls")),
+            Task("scratch", c, [("replica_minutes", i)]),
+            Task("rollup_replicas", c, [("replica_minutes", i)] + prev("rollup_replicas")),
+            Task("rollup_tasks", c, [("tasks", i)] + prev("rollup_tasks")),
+            Task("rollup", c, [("rollup_calls", i), ("rollup_replicas", i), ("rollup_tasks", i)] + prev("rollup")),
         ]
     return tasks
 
 
 def run_plan(store, tasks: list[Task], execute, *, workers: int) -> None:
     """Run ``execute(client, task)`` for every task once its dependencies are done, on up to
-    ``workers`` clients at once (``store`` and ``store.clone()``s, closed afterwards).
+    ``workers`` clients at once (``store``, and ``store.clone()``s each opened on its worker's
+    thread and closed afterwards).
 
     Among ready tasks the lowest :data:`KINDS` rank, then the earliest chunk, goes first. The first
     exception stops new tasks; running ones finish; then it is raised.
@@ -159,17 +171,32 @@ def run_plan(store, tasks: list[Task], execute, *, workers: int) -> None:
                 done.add(task.key)
                 cond.notify_all()
 
-    clients = [store]
+    clones, clones_lock = [], threading.Lock()
+
+    def cloned_worker():
+        # the clone is opened on its worker's thread, so the first worker starts at once (opening a
+        # client is 5 engine queries: 0.03-0.7 s on the shared 2-core host, each run)
+        try:
+            client = store.clone()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            with cond:
+                state["error"] = state["error"] or exc
+                cond.notify_all()
+            return
+        with clones_lock:
+            clones.append(client)
+        work(client)
+
+    threads = [threading.Thread(target=work, args=(store,), name="cost-jobs-0", daemon=True)]
+    threads += [threading.Thread(target=cloned_worker, name=f"cost-jobs-{n}", daemon=True)
+                for n in range(1, min(workers, len(tasks)))]
     try:
-        clients += [store.clone() for _ in range(min(workers, len(tasks)) - 1)]
-        threads = [threading.Thread(target=work, args=(client,), name=f"cost-jobs-{n}", daemon=True)
-                   for n, client in enumerate(clients)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
     finally:
-        for client in clients[1:]:
+        for client in clones:
             client.close()
     if state["error"] is not None:
         raise state["error"]

@@ -28,7 +28,7 @@ def _per_replica(df, x, y, title, unit, annotations, height=200):
         st.caption(f"{title}: no data in this range.")
         return
     st.markdown(f"**{title}**")
-    st.altair_chart(charts.with_annotations(charts.by_group(data, x, y, "replica", unit, height=height), annotations),
+    ui.chart(charts.with_annotations(charts.by_group(data, x, y, "replica", unit, height=height), annotations),
                     width="stretch")
 
 
@@ -89,17 +89,17 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
             fleet["prefix_cache_queries"] > 0) * 100
         with right:
             st.markdown("**Prompt vs generation tokens/s**")
-            st.altair_chart(charts.with_annotations(charts.lines(
+            ui.chart(charts.with_annotations(charts.lines(
                 fleet, "bucket", {"prompt_tokens_per_s": "prompt (prefill)", "generation_tokens_per_s": "generation"},
                 "tokens/s"), annotations), width="stretch")
         left, right = st.columns(2)
         with left:
             st.markdown("**Prefix-cache hit rate (% of queried prompt tokens)**")
-            st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
+            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
                                                     annotations), width="stretch")
         with right:
             st.markdown(f"**Preemptions per {charts.bucket_text(bucket_s)}**")
-            st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
+            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
                                                                  "preemptions"), annotations), width="stretch")
     else:
         st.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
@@ -115,13 +115,13 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
                 st.caption(f"{label}: no histogram samples in this range.")
                 continue
             st.caption(label)
-            st.altair_chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
+            ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
 
     st.markdown("**Queue, prefill and decode time** (distribution over the range)")
     phases = hist[hist["metric"].isin(list(PHASES))]
     if len(phases):
         dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
-        st.altair_chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
+        ui.chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
     else:
         st.caption("No queue / prefill / decode histograms in this range.")
 

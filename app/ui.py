@@ -33,6 +33,20 @@ SLOW_TTL_S = 60  # cost pages: the cost job itself runs about once a minute
 disable_debug_mode()
 
 
+# Vega draws to SVG unless told otherwise (Streamlit switches to canvas only above 2,000 rows per
+# dataset): every line point, bar and heat-map cell is then a DOM element the browser lays out and
+# paints, ~5,000 on the live page at 7 days (16 replicas x 84 points, twice, plus the fleet lines). A
+# canvas draws the same marks, tooltips and selections with a handful of elements.
+CHART_EMBED = {"renderer": "canvas"}
+
+
+def chart(spec, **kwargs):
+    """``st.altair_chart(spec, **kwargs)`` drawn on a canvas (:data:`CHART_EMBED`, the spec's top-level
+    ``usermeta.embedOptions``; the spec's data and encodings unchanged). Returns what st.altair_chart
+    returns (the selection event with ``on_select``)."""
+    return st.altair_chart(spec.properties(usermeta={"embedOptions": dict(CHART_EMBED)}), **kwargs)
+
+
 def _resolve(path: str):
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)

@@ -130,7 +130,7 @@ for _, row in (cascades.head(3).iterrows() if len(cascades) else []):
                 tz = ui.viewer_tz()
                 lat = ui.to_viewer(lat, ["bucket"], naive=True)
                 local = [{**x, "started_at": x["started_at"].astimezone(tz).replace(tzinfo=None)} for x in links]
-                st.altair_chart(av.timeline_chart(lat, local, culprit), width="stretch")
+                ui.chart(av.timeline_chart(lat, local, culprit), width="stretch")
             steps = pd.DataFrame([{"step": x["step"], "at": ui.local_time(x["started_at"]), "what": x["summary"]}
                                   for x in links])
             st.dataframe(steps, hide_index=True, width="stretch")

@@ -181,7 +181,7 @@ def details() -> None:
                 ui.empty_state("No spend for these filters.")
                 continue
             long = costviews.category_long(df)
-            st.altair_chart(costviews.stacked_categories(long, by), width="stretch")
+            ui.chart(costviews.stacked_categories(long, by), width="stretch")
             ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
                      column_config=costviews.GROUP_COLUMNS)
 
@@ -196,15 +196,15 @@ def details() -> None:
         cols = st.columns(3)
         with cols[0]:
             st.markdown(f"**CPST per {label} (USD)**")
-            st.altair_chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
+            ui.chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
                                          "USD per successful task"), width="stretch")
         with cols[1]:
             st.markdown(f"**Spend per {label} (USD)**")
-            st.altair_chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
+            ui.chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
                                          "USD"), width="stretch")
         with cols[2]:
             st.markdown(f"**Successful tasks per {label}**")
-            st.altair_chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
+            ui.chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
                                                              "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
     st.subheader("Data quality" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))

@@ -177,33 +177,33 @@ def time_series(view: filters.Filters, bucket_s: int, notes) -> None:
         zoom_chart(charts.lines(fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"},
                                 "ms"), notes)
         st.markdown("**ITL p95 by replica (ms)**")
-        st.altair_chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"),
+        ui.chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"),
                                                 notes), width="stretch")
         st.markdown("**Throughput (requests/s)**")
-        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"},
+        ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"},
                                                              "req/s"), notes), width="stretch")
     with right:
         st.markdown("**TTFT p95 by replica (ms)**")
-        st.altair_chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"),
+        ui.chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"),
                                                 notes), width="stretch")
         st.markdown("**End-to-end latency p95 (s)**")
-        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), notes),
+        ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), notes),
                         width="stretch")
         st.markdown("**Errors (% of engine requests: error or abort)**")
-        st.altair_chart(charts.with_annotations(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), notes),
+        ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), notes),
                         width="stretch")
     if len(gauges):
         g = ui.to_viewer(gauges, ["bucket"], naive=True)
         left, right = st.columns(2)
         with left:
             st.markdown("**Queue and batch (requests, summed over replicas)**")
-            st.altair_chart(charts.with_annotations(charts.lines(g, "bucket", {"waiting": "waiting",
+            ui.chart(charts.with_annotations(charts.lines(g, "bucket", {"waiting": "waiting",
                                                                                 "running": "running"}, "requests"),
                                                     notes), width="stretch")
         with right:
             st.markdown("**KV-cache use (mean over replicas)**")
             g["kv_pct"] = g["kv_usage"] * 100
-            st.altair_chart(charts.with_annotations(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), notes),
+            ui.chart(charts.with_annotations(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), notes),
                             width="stretch")
 
 
@@ -216,7 +216,7 @@ def zoom_chart(chart, notes) -> None:
     layered = charts.with_annotations(chart.add_params(brush), notes)
     if not isinstance(layered, alt.LayerChart):  # same spec shape with and without annotations
         layered = alt.layer(layered)
-    event = st.altair_chart(layered, width="stretch", on_select="rerun", selection_mode="zoom", key="live_zoom")
+    event = ui.chart(layered, width="stretch", on_select="rerun", selection_mode="zoom", key="live_zoom")
     span = (getattr(event, "selection", None) or {}).get("zoom") or {}
     values = next(iter(span.values()), None) if isinstance(span, dict) else None
     if values and len(values) == 2:
@@ -234,7 +234,7 @@ def finish_reasons(view: filters.Filters) -> None:
         return
     left, right = st.columns([2, 1])
     with left:
-        st.altair_chart(charts.bars(df, "finish_reason", "requests", "requests"), width="stretch")
+        ui.chart(charts.bars(df, "finish_reason", "requests", "requests"), width="stretch")
     with right:
         ui.table(df.rename(columns={"share": "share (0-1)"}), key="live_finish", filename="finish_reasons.csv",
                  column_config={"share (0-1)": st.column_config.NumberColumn("share", format="percent")})

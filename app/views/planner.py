@@ -121,7 +121,7 @@ if len(cands):
         strokeDash=[4, 3], color="gray").encode(x="ttft_p95_s:Q", y="cpst_usd:Q")
     text = base.transform_filter(alt.FieldOneOfPredicate("kind", ["recommended", "current"])).mark_text(
         dx=10, dy=-10, align="left", fontWeight="bold").encode(text="candidate:N")
-    st.altair_chart((line + points + text).properties(height=380), width="stretch")
+    ui.chart((line + points + text).properties(height=380), width="stretch")
     st.caption("Pareto frontier in (CPST, p95 TTFT, goodput): no other candidate is cheaper, faster and with more "
                "goodput at once.")
 

@@ -123,7 +123,7 @@ failed = alt.Chart(g[g["status"] == "error"]).mark_point(shape="cross", size=90,
     x="start_time:T", y=alt.Y("lane:N", sort=lanes),
     tooltip=["task_step:N", "task_attempt:Q", "replica:N", "call_source:N", "error_type:N",
              alt.Tooltip("cost_usd:Q", title="cost (USD)", format="$.6f")])
-st.altair_chart(gantt + failed + text, width="stretch")
+ui.chart(gantt + failed + text, width="stretch")
 st.caption("Bars: calls (colour = cost category); red crosses: attempts that failed; labels: replica.")
 cols = [c for c in ["task_step", "task_attempt", "replica", "gpu_type", "call_source", "start_time", "e2e_s", "ttft_s",
                     "status", "error_type", "finish_reason", "partial", "prompt_tokens", "output_tokens", "cost_usd",

@@ -76,7 +76,7 @@ labels = base.transform_filter(alt.datum.point == "current (latest window)").mar
     dx=12, dy=-10, fontWeight="bold", align="left").encode(text=alt.Text("replica:N"))
 frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2, interpolate="step-after"
                                            ).encode(x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q"))
-st.altair_chart((points + frontier_line + current + labels).properties(height=520).interactive(), width="stretch")
+ui.chart((points + frontier_line + current + labels).properties(height=520).interactive(), width="stretch")
 st.markdown(
     "**Reading it.** Each dot is one replica over one window. Right is more throughput, down is a better tail; "
     "green is cheaper per successful task, a bigger dot is a fuller batch. The dashed line is the **Pareto "

@@ -9,7 +9,6 @@ from hypothesis import given, settings, strategies as st
 
 from serving.gateway import sse
 
-pytest.importorskip("orjson")
 
 # Inputs where orjson alone differs from json.loads (a float for a 20-digit integer; errors where json
 # accepts), and ordinary vLLM chunks.

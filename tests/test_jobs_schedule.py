@@ -53,6 +53,7 @@ def test_plan_chains_cost_through_replica_minutes_and_bounds_the_lookahead():
     files = [f for t in plan(_chunks(1)) for f in t.files]
     assert sorted(files) == sorted(set(files))
 
+
 class _Client:
     def __init__(self, log):
         self.log, self.closed = log, False
@@ -100,7 +101,6 @@ def test_run_plan_raises_the_first_error_and_starts_nothing_that_needs_it():
     with pytest.raises(RuntimeError, match="boom"):
         run_plan(_Client([]), tasks, execute, workers=2)
     assert ("replica_minutes", 1) not in ran and ("tasks", 1) not in ran and ("cost", 2) not in ran
-
 
 
 def test_run_plan_starts_the_first_worker_while_the_second_client_opens_and_raises_its_error():

@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-try:
-    import orjson
-except ImportError:  # optional: json.loads alone gives the same results
-    orjson = None
+import orjson
 
 # Byte-level classification of SSE events (vLLM and the emulator serialise compactly; spaces tolerated).
 NEEDS_DECODE = re.compile(rb'"(?:usage|error|tool_calls)"|"finish_reason": ?"')
@@ -34,7 +31,7 @@ def loads(data: bytes):
     an integer of 19+ digits goes to ``json.loads`` directly (orjson reads integers beyond 64 bits
     as floats). Where orjson accepts, it returns what ``json.loads`` returns (checked in
     tests/test_gateway_sse_loads.py)."""
-    if orjson is not None and _LONG_NUMBER.search(data) is None:
+    if _LONG_NUMBER.search(data) is None:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:

@@ -331,12 +331,17 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
 def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> pd.DataFrame:
     """Engine gauges per bucket: waiting and running (sums over replicas of bucket means), kv_usage (0..1).
 
-    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050).
+    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050); of
+    12 h or more with whole-hour buckets, the whole hours from ``ops_gauge_hours`` (migration 0361) and
+    the cut hours' minutes from ``ops_gauge_minutes``: the same sums, the same figures.
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    name = "ops_gauge_series_rollup" if use_rollup(start, end, bucket_s) else "ops_gauge_series"
+    name = "ops_gauge_series"
+    if use_rollup(start, end, bucket_s):
+        hours = (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
+        name = "ops_gauge_series_hours" if hours else "ops_gauge_series_rollup"
     return _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
                       model=_filters(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
 

@@ -220,7 +220,8 @@ def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = No
 
 
 def replica_health(store, start: datetime, end: datetime, filters: dict | None = None,
-                   degradation_factor: float = 2.0, error_rate_limit: float = 0.05) -> pd.DataFrame:
+                   degradation_factor: float = 2.0, error_rate_limit: float = 0.05,
+                   gauges: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-replica health over [start, end), one row per replica, sorted by replica.
 
     Columns: replica, gpu_type, requests, output_tokens, ttft_p95_s, itl_p95_s, e2e_p95_s (seconds),
@@ -232,12 +233,18 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
     median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md), or
     its error rate exceeds ``error_rate_limit`` (default 5 %).
+
+    ``gauges``: the ``ops_replica_gauges`` rows of a read whose current window is this [start, end)
+    with the same model filter (``fleet_tiles(store, start, end, filters).raw["gauges"]``: its
+    'current' rows do not depend on the previous window), so the live page reads the gauges once; read
+    here when None.
     """
     start, end = _range(start, end)
     f = _filters(filters)
     stats = run(store, "ops_replica_health", start=_naive_utc(start), end=_naive_utc(end), **f)
-    gauges = run(store, "ops_replica_gauges", start=_naive_utc(start), end=_naive_utc(end),
-                 prev_start=_naive_utc(start), model=f["model"])
+    if gauges is None:
+        gauges = run(store, "ops_replica_gauges", start=_naive_utc(start), end=_naive_utc(end),
+                     prev_start=_naive_utc(start), model=f["model"])
     gauges = _window_rows(gauges, "current")
     g = gauges.set_index("replica") if len(gauges) else pd.DataFrame(
         columns=["gpu_type", "running", "waiting", "kv_usage", "running_points", "waiting_points", "kv_points"])

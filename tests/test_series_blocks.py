@@ -60,6 +60,7 @@ def test_block_sizes_are_the_pages_series_buckets():
 def test_blocks_hold_the_pages_merge_and_the_series_reads_them(tiny):
     store = tiny
     merged = _series(store)  # no block yet: every bucket merges its hours
+    raw = ops.latency_series(store, END - timedelta(days=7), END, 7200)
     # the hour 11:00 is not over at 11:30: its bucket (10:00-12:00) is not written yet
     jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 11, 30))
     written = _blocks(store)
@@ -79,7 +80,9 @@ def test_blocks_hold_the_pages_merge_and_the_series_reads_them(tiny):
     # a second run writes nothing: every block is current
     jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 13))
     assert len(_blocks(store)) == len(written)
-    # the series from the blocks is the merge, to the bit, columns and types too
+    # the series from the blocks is the merge, to the bit, columns, types and row order too
+    pd.testing.assert_frame_equal(ops.latency_series(store, END - timedelta(days=7), END, 7200), raw,
+                                  check_exact=True)
     pd.testing.assert_frame_equal(_series(store), merged, check_exact=True)
     # it reads them: a newer version of the 10:00 block with TTFT 9 s shows
     _tamper(store, B10, 1, 9.0)

@@ -22,6 +22,7 @@ WITH
               GROUP BY fb)
         GROUP BY cb_start
     )
+SELECT * FROM (
 SELECT s.bucket AS bucket, s.replica AS replica, s.requests AS requests, s.output_tokens_sum AS output_tokens_sum,
        s.errors AS errors, q.ttft_q AS ttft_q, q.itl_p95_s AS itl_p95_s, q.e2e_p95_s AS e2e_p95_s,
        s.attempts AS attempts
@@ -59,4 +60,5 @@ WHERE e.hour >= toStartOfHour({start:DateTime64(3)}) AND e.hour < {end:DateTime6
   AND ({model:String} = '' OR e.model = {model:String})
   AND toStartOfInterval(e.hour, toIntervalSecond({bucket_s:UInt32})) NOT IN (SELECT cb_start FROM current_blocks)
 GROUP BY GROUPING SETS ((bucket), (bucket, replica))
+)
 ORDER BY bucket, replica

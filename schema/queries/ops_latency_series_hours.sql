@@ -7,8 +7,9 @@
 -- fingerprint (count, summed requests) and no model filter applies; its sums are read from the
 -- hours either way. Every other bucket merges its hours' t-digest states here.
 WITH
-    -- (block, version) of the buckets wholly inside the range whose newest block is current
-    current_blocks AS (
+    -- [(bucket, version)] of the buckets wholly inside the range whose newest block is current: a
+    -- scalar, computed once (a CTE is inlined, and run, at each of its three references)
+    (SELECT groupArray((cb_start, cb_version)) FROM (
         SELECT b.block_start AS cb_start, max(b.version) AS cb_version
         FROM ops_series_blocks AS b
         WHERE {model:String} = '' AND b.block_seconds = {bucket_s:UInt32} AND b.replica = ''
@@ -20,8 +21,8 @@ WITH
               WHERE {model:String} = '' AND h.hour >= toStartOfHour({start:DateTime64(3)})
                 AND h.hour < {end:DateTime64(3)}
               GROUP BY fb)
-        GROUP BY cb_start
-    )
+        GROUP BY cb_start)) AS p_blocks,
+    arrayMap(x -> x.1, p_blocks) AS p_block_starts
 SELECT * FROM (
 SELECT s.bucket AS bucket, s.replica AS replica, s.requests AS requests, s.output_tokens_sum AS output_tokens_sum,
        s.errors AS errors, q.ttft_q AS ttft_q, q.itl_p95_s AS itl_p95_s, q.e2e_p95_s AS e2e_p95_s,
@@ -36,13 +37,13 @@ FROM (
         if(sum(e.gateway_attempts) > 0, sum(e.gateway_attempts), sum(e.requests)) AS attempts
     FROM ops_engine_hours AS e
     WHERE e.hour >= toStartOfHour({start:DateTime64(3)}) AND e.hour < {end:DateTime64(3)}
-      AND toStartOfInterval(e.hour, toIntervalSecond({bucket_s:UInt32})) IN (SELECT cb_start FROM current_blocks)
+      AND has(p_block_starts, toStartOfInterval(e.hour, toIntervalSecond({bucket_s:UInt32})))
     GROUP BY GROUPING SETS ((bucket), (bucket, replica))
 ) AS s
 INNER JOIN (
     SELECT block_start AS bucket, replica, ttft_q, itl_p95_s, e2e_p95_s
     FROM ops_series_blocks
-    WHERE block_seconds = {bucket_s:UInt32} AND (block_start, version) IN (SELECT cb_start, cb_version FROM current_blocks)
+    WHERE block_seconds = {bucket_s:UInt32} AND has(p_blocks, (block_start, version))
 ) AS q ON s.bucket = q.bucket AND s.replica = q.replica
 UNION ALL
 SELECT
@@ -58,7 +59,7 @@ SELECT
 FROM ops_engine_hours AS e
 WHERE e.hour >= toStartOfHour({start:DateTime64(3)}) AND e.hour < {end:DateTime64(3)}
   AND ({model:String} = '' OR e.model = {model:String})
-  AND toStartOfInterval(e.hour, toIntervalSecond({bucket_s:UInt32})) NOT IN (SELECT cb_start FROM current_blocks)
+  AND NOT has(p_block_starts, toStartOfInterval(e.hour, toIntervalSecond({bucket_s:UInt32})))
 GROUP BY GROUPING SETS ((bucket), (bucket, replica))
 )
 ORDER BY bucket, replica

@@ -166,3 +166,15 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     bad = alt.Chart(df).mark_line().encode(x=alt.X("bucket:T", axis=alt.Axis(format=5)))
     with pytest.raises(schemapi.SchemaValidationError):
         bad.to_dict()
+
+
+def test_every_group_bar_gets_a_band_and_a_label():
+    """The cost page's "By task type" bars (demo store: 4 groups, two labels shown): a fixed height was
+    squeezed with the axes and legend into the container and Vega hid the labels of the thin bands.
+    Each group now gets a 36 px band and every label is drawn."""
+    long = pd.DataFrame({"grp": ["copilot", "research_agent", "chat", "(none)"], "category": ["useful"] * 4,
+                         "usd": [940.0, 855.0, 127.0, 1.0]})
+    spec = costviews.stacked_categories(long, "task_type").to_dict()
+    assert spec["height"] == {"step": 36}
+    assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False
+    assert spec["encoding"]["y"]["axis"]["labelLimit"] >= 200

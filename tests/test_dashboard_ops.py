@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pandas as pd
 import pytest
 
 from conftest import drop_store, new_store
-from dashboard_seed import stop_periodic_jobs, tiny_scenario
+from dashboard_seed import MODEL, stop_periodic_jobs, tiny_scenario
 from schema.queries import ops
 
 UTC = timezone.utc
@@ -75,6 +76,15 @@ def test_replica_health_flags_the_erroring_replica(tiny):
     assert (h.loc["r1", "running"], h.loc["r1", "waiting"], h.loc["r1", "kv_cache_usage"]) == (2.0, 1.0, 0.5)
     assert bool(h.loc["r2", "degraded"]) and "error rate 67%" in h.loc["r2", "reason"]
     assert not bool(h.loc["r1", "degraded"])
+    # the live page hands the tiles' gauge rows over (one read of the gauges, not two): the same table,
+    # with and without a model filter; r1's gauges (2, 1, 0.5 at 10:04) come from those rows
+    for f in ({}, {"model": "m"}, {"model": MODEL}):
+        tiles = ops.fleet_tiles(store, w["start"], w["end"], f)
+        shared = ops.replica_health(store, w["start"], w["end"], f, gauges=tiles.raw["gauges"])
+        pd.testing.assert_frame_equal(shared, ops.replica_health(store, w["start"], w["end"], f), check_exact=True)
+    rows = ops.fleet_tiles(store, w["start"], w["end"]).raw["gauges"]
+    rows = rows.assign(running=rows["running"] * 10)
+    assert ops.replica_health(store, w["start"], w["end"], gauges=rows).set_index("replica").loc["r1", "running"] == 20.0
 
 
 def test_series_finish_reasons_status_and_filter_values(tiny):

@@ -83,7 +83,9 @@ TILES = [
 ]
 
 
-def tiles(view: filters.Filters) -> None:
+def tiles(view: filters.Filters):
+    """The fleet tiles; returns their :class:`schema.queries.ops.FleetTiles` (the replica table reuses
+    its gauge rows)."""
     start = view.end - timedelta(seconds=window_s)
     t = ui.query("schema.queries.ops:fleet_tiles", start, view.end, view.query_filters(), live=True)
     st.caption(f"Window {ui.local_time(start, '%H:%M:%S')} – {ui.local_time(view.end, '%H:%M:%S')} "
@@ -100,14 +102,16 @@ def tiles(view: filters.Filters) -> None:
         ui.empty_state(f"No engine request finished in the last {window_label}.",
                        "Widen the tile window or the time range, or check that vLLM exports spans. " + ui.no_spans_hint()
                        if status.engine_calls == 0 else "Widen the tile window or the time range.")
+    return t
 
 
-def replica_table(view: filters.Filters, bucket_s: int) -> None:
+def replica_table(view: filters.Filters, bucket_s: int, gauges: pd.DataFrame | None = None) -> None:
     st.subheader(f"Replica health · last {window_label}")
     st.caption(f"Figures over the tile window ({window_label} ending {ui.local_time(view.end, '%H:%M')}); "
                "the TTFT trend column spans the whole range.")
     start = view.end - timedelta(seconds=window_s)
-    health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), live=True)
+    health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), gauges=gauges,
+                      live=True)
     if not len(health):
         ui.empty_state("No replica reported in this window.", ui.no_spans_hint())
         return
@@ -247,11 +251,11 @@ def live_panel() -> None:
     try:
         notes = ui.to_viewer(ui.query("schema.queries.ops_engine:alert_annotations", view.start, view.end, live=True),
                              ["start", "end"], naive=True)
-        tiles(view)
+        t = tiles(view)
         if view_key == "engine":
             engine_view.render(view, bucket_s, replica, notes)
         else:
-            replica_table(view, bucket_s)
+            replica_table(view, bucket_s, t.raw.get("gauges"))
             time_series(view, bucket_s, notes)
             finish_reasons(view)
         if len(notes):

@@ -50,6 +50,9 @@ REFRESH_VIEWS = (
 DEFAULT_CHUNK = timedelta(days=1)
 # Statements at once (one client each): the machines we measure on have 2 cores.
 DEFAULT_WORKERS = 2
+# The live page's series buckets that get blocks (migration 0360): app.charts.series_bucket of the
+# 7-day and the 30-day range, seconds.
+SERIES_BLOCKS_S = (7200, 43200)
 
 
 @dataclass
@@ -305,13 +308,16 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     hour (within ``retention_days``) to the watermark's hour: the hours the periodic chain copies
     into history (it does not roll up), and a store migrated to 0170 with history already in it.
     Returns the range rolled up (UTC, naive), or None when there was none; then it writes the
-    triangle's blocks (migration 0200) that are due over the retention instead. ``infercost up`` calls
-    it every minute (:class:`LateRecompute`)."""
+    triangle's blocks (migration 0200) that are due over the retention instead. First, whatever the
+    watermark, the live series' blocks (:func:`roll_up_series`) over the retention. ``infercost up``
+    calls it every minute (:class:`LateRecompute`)."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    oldest = now - timedelta(days=int(retention_days))
+    roll_up_series(store, start=oldest, end=now)
     mark = watermark(store)
     if mark is None:
         return None
     end = mark.replace(minute=0, second=0, microsecond=0)
-    oldest = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=int(retention_days))
     first = store.scalar((JOBS_DIR / "rollup_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.rollup")
     if first is None or first.year <= 1970 or first.replace(tzinfo=None) >= end:
         # every hour rolled up: the triangle's blocks (migration 0200) a store rolled up before
@@ -324,6 +330,20 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     first = first.replace(tzinfo=None)
     roll_up(store, start=first, end=end)
     return first, end
+
+
+def roll_up_series(store, *, start: datetime, end: datetime) -> None:
+    """Write the live series' blocks (migration 0360) of every size in :data:`SERIES_BLOCKS_S` that
+    lie in ``[start, end)`` (UTC; a block counts when all its hours began before the hour of
+    ``end``) and that no block row names by the current fingerprint of its rows of
+    ``ops_engine_hours`` (``run_series_blocks.sql``): the t-digest quantiles the live page's
+    multi-day series shows per bucket, fleet and per replica, computed by the page's own merge.
+    Insert-only; a current block is not written again. Raises StoreError from the store."""
+    run_id = time.time_ns()
+    for seconds in SERIES_BLOCKS_S:
+        for statement in _statements("run_series_blocks"):
+            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id},
+                          tag="jobs.series_blocks")
 
 
 class LateRecompute:

@@ -20,6 +20,8 @@ WITH
     {rollup_end:DateTime} AS p_re,
     {rollup_versions:Array(UInt64)} AS p_versions,
     {watermark:DateTime} AS p_wm,
+    -- no budget synced: no piece is read (the spend is only shown beside a budget)
+    (SELECT count() > 0 FROM budgets) AS p_any_budget,
     spend AS (
         SELECT k.1 AS s_scope, k.2 AS s_name,
                sumIf(cost_usd, t >= day_start) AS day_usd,
@@ -28,12 +30,14 @@ WITH
             SELECT minute AS t, tenant_id, task_type, cost_usd
             FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
-            WHERE (minute >= week_start AND minute < least(greatest(p_hs, week_start), p_now))
-               OR (minute >= greatest(p_re, week_start) AND minute < p_now)
+            WHERE ((minute >= week_start AND minute < least(greatest(p_hs, week_start), p_now))
+                   OR (minute >= greatest(p_re, week_start) AND minute < p_now))
+              AND p_any_budget
             UNION ALL
             SELECT hour, tenant_id, task_type, cost_usd FROM cost_hours
             WHERE hour >= greatest(p_hs, week_start) AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+              AND p_any_budget
         )
         ARRAY JOIN [('tenant', tenant_id), ('task_type', task_type)] AS k
         GROUP BY s_scope, s_name

@@ -220,7 +220,8 @@ def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = No
 
 
 def replica_health(store, start: datetime, end: datetime, filters: dict | None = None,
-                   degradation_factor: float = 2.0, error_rate_limit: float = 0.05) -> pd.DataFrame:
+                   degradation_factor: float = 2.0, error_rate_limit: float = 0.05,
+                   gauges: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-replica health over [start, end), one row per replica, sorted by replica.
 
     Columns: replica, gpu_type, requests, output_tokens, ttft_p95_s, itl_p95_s, e2e_p95_s (seconds),
@@ -232,12 +233,18 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
     median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md), or
     its error rate exceeds ``error_rate_limit`` (default 5 %).
+
+    ``gauges``: the ``ops_replica_gauges`` rows of a read whose current window is this [start, end)
+    with the same model filter (``fleet_tiles(store, start, end, filters).raw["gauges"]``: its
+    'current' rows do not depend on the previous window), so the live page reads the gauges once; read
+    here when None.
     """
     start, end = _range(start, end)
     f = _filters(filters)
     stats = run(store, "ops_replica_health", start=_naive_utc(start), end=_naive_utc(end), **f)
-    gauges = run(store, "ops_replica_gauges", start=_naive_utc(start), end=_naive_utc(end),
-                 prev_start=_naive_utc(start), model=f["model"])
+    if gauges is None:
+        gauges = run(store, "ops_replica_gauges", start=_naive_utc(start), end=_naive_utc(end),
+                     prev_start=_naive_utc(start), model=f["model"])
     gauges = _window_rows(gauges, "current")
     g = gauges.set_index("replica") if len(gauges) else pd.DataFrame(
         columns=["gpu_type", "running", "waiting", "kv_usage", "running_points", "waiting_points", "kv_points"])
@@ -331,12 +338,17 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
 def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> pd.DataFrame:
     """Engine gauges per bucket: waiting and running (sums over replicas of bucket means), kv_usage (0..1).
 
-    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050).
+    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050); of
+    12 h or more with whole-hour buckets, the whole hours from ``ops_gauge_hours`` (migration 0361) and
+    the cut hours' minutes from ``ops_gauge_minutes``: the same sums, the same figures.
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    name = "ops_gauge_series_rollup" if use_rollup(start, end, bucket_s) else "ops_gauge_series"
+    name = "ops_gauge_series"
+    if use_rollup(start, end, bucket_s):
+        hours = (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
+        name = "ops_gauge_series_hours" if hours else "ops_gauge_series_rollup"
     return _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
                       model=_filters(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
 

@@ -21,6 +21,11 @@ WITH
             anyIf(task_type, call_source != 'engine') AS kind
         FROM llm_calls
         WHERE start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
+          -- only the traces with a row that ended in the window (a unit's end is its last row's):
+          -- the same units, without grouping the hour before the window
+          AND trace_id IN (SELECT trace_id FROM llm_calls
+                           WHERE start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
+                             AND end_time >= {start:DateTime64(3)} AND end_time < {end:DateTime64(3)})
           AND NOT (call_source = 'client' AND (trace_id, span_id) IN (SELECT trace_id, parent_span_id FROM covered))
         GROUP BY unit
     )

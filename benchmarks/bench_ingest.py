@@ -560,9 +560,22 @@ def bench_prepare(bodies: list[bytes], rounds: int) -> None:
     print(f"  prepare_traces / parse: {medians['prepare_traces'] / medians['protobuf parse']:.2f}x")
 
 
+def variant_stores(engine_dir: str, prefix: str, variants: dict[str, list[str]]) -> dict:
+    """One freshly migrated database per variant (``<prefix>_<i>``, cost jobs stopped), each changed by
+    the variant's statements; returns {variant name: store}."""
+    from schema import jobs
+
+    stores = {}
+    for i, (name, statements) in enumerate(variants.items()):
+        stores[name] = store = fresh_store(engine_dir, f"{prefix}_{i}")
+        jobs.stop(store)
+        for statement in statements:
+            store.command(statement, tag=f"bench.{prefix}")
+    return stores
+
+
 def bench_breakdown(engine_dir: str, reps: int) -> None:
     from collectors.ingest import insert_trace_payloads
-    from schema import jobs
     from schema.migrate import MIGRATIONS_DIR
 
     sql = (MIGRATIONS_DIR / "0062_recreate_llm_calls_mv.sql").read_text()
@@ -580,12 +593,7 @@ def bench_breakdown(engine_dir: str, reps: int) -> None:
                                    calls_mv.replace("TO llm_calls", "TO llm_calls_null")],
         "numbers not stringified": ["DROP VIEW otlp_traces_decode_mv", no_numbers],
     }
-    stores = {}
-    for i, (name, statements) in enumerate(variants.items()):
-        stores[name] = store = fresh_store(engine_dir, f"bench_part_{i}")
-        jobs.stop(store)
-        for statement in statements:
-            store.command(statement, tag="bench.breakdown")
+    stores = variant_stores(engine_dir, "bench_part", variants)
     cpu: dict[str, list[float]] = {name: [] for name in stores}
     seed = 1
     for rep in range(reps):
@@ -617,7 +625,6 @@ def bench_chain(engine_dir: str, reps: int, sizes: list[int]) -> None:
     (this process: the engine's threads included) and its paired ratio to as migrated.
     """
     from collectors.ingest import insert_trace_payloads
-    from schema import jobs
 
     variants = {
         "as migrated": [],
@@ -625,12 +632,8 @@ def bench_chain(engine_dir: str, reps: int, sizes: list[int]) -> None:
         "limit (parse + flatten)": ["DROP VIEW otlp_spans_dedup_mv"],
         "parse alone": ["DROP VIEW otlp_spans_dedup_mv", "DROP VIEW otlp_traces_decode_mv"],
     }
-    stores = {}
-    for i, (name, statements) in enumerate(variants.items()):
-        stores[name] = store = fresh_store(engine_dir, f"bench_chain_{i}")
-        jobs.stop(store)
-        for statement in statements:
-            store.command(statement, tag="bench.chain")
+    stores = variant_stores(engine_dir, "bench_chain", variants)
+    store = stores["as migrated"]
     store.command("SYSTEM STOP MERGES", tag="bench.chain")  # the whole engine: inserts alone are timed
     seed = 100
     for size in sizes:

@@ -611,24 +611,25 @@ def bench_breakdown(engine_dir: str, reps: int) -> None:
         print(f"    {name:26s} {value:6.3f}  ({value - base:+.3f} vs as migrated)")
 
 
-SPAN_VIEWS = ["alerts_task_minutes_mv", "gateway_requests_mv", "late_minutes_spans_mv", "llm_calls_mv",
-              "otel_span_keys_mv", "otel_traces_trace_id_ts_mv", "task_spans_mv"]  # every view on otel_traces
-
-
 def bench_chain(engine_dir: str, reps: int, sizes: list[int]) -> None:
     """``--chain``: the fixed and per-span cost of one insert along the span chain.
 
     For each insert size in ``sizes`` (spans; whole requests of 512), inserts alternated over four
     databases of one engine (jobs and merges stopped, the writer's deduplication-token settings):
-    as migrated; without the views on ``otel_traces`` (:data:`SPAN_VIEWS`); the limit (chain cut
+    as migrated; without the views on ``otel_traces`` (every one the engine lists as depending on it:
+    seven at migration 0400); the limit (chain cut
     after the decoder, as in (5)); protobuf parse alone. Prints the median CPU-s per insert of each
     (this process: the engine's threads included) and its paired ratio to as migrated.
     """
     from collectors.ingest import insert_trace_payloads
 
+    probe = fresh_store(engine_dir, "bench_chain_probe")
+    span_views = probe.scalar("SELECT dependencies_table FROM system.tables WHERE database = currentDatabase() "
+                              "AND name = 'otel_traces'", tag="bench.chain")
+    probe.command("DROP DATABASE bench_chain_probe SYNC", tag="bench.drop")
     variants = {
         "as migrated": [],
-        "without the views on otel_traces": [f"DROP VIEW {v}" for v in SPAN_VIEWS],
+        "without the views on otel_traces": [f"DROP VIEW {v}" for v in span_views],
         "limit (parse + flatten)": ["DROP VIEW otlp_spans_dedup_mv"],
         "parse alone": ["DROP VIEW otlp_spans_dedup_mv", "DROP VIEW otlp_traces_decode_mv"],
     }

@@ -13,7 +13,10 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    span is stored (so it includes validation, the fsync'ed spool, the batching writer and
    ClickHouse decoding + the materialized views: ``llm_calls`` and the others on ``otel_traces``).
    Its CPU-seconds and resident memory are read from ``/proc/<pid>``: RSS idle (migrated, before
-   the load), peak under load (sampled every 20 ms) and 5 s after;
+   the load), peak under load (sampled every 20 ms) and 5 s after; its CPU is also split by thread
+   name (``/proc/<pid>/task``): ClickHouse's pools (``ThreadPool`` runs the insert and its views,
+   ``MergeMutate`` the merges) apart from the Python threads (``python``: HTTP, validation, spool,
+   writer);
 2. **decode + insert**: :func:`collectors.otlp_traces.prepare_traces` on every request, then
    :func:`collectors.ingest.insert_trace_payloads` in batches of up to 100,000 spans (the writer's
    ``batch_cap_rows``; the receiver's writer also caps an insert at ``batch_cap_bytes``, 16 MiB:
@@ -46,6 +49,10 @@ with ``llm_calls_mv`` writing into a Null table (its expressions without the ``l
 and the rollups chained on it); with the decoder view writing int and double attribute values as
 '' instead of their decimal text (what turning numbers into strings costs). Prints median CPU-s
 per insert of each and the difference to the first.
+
+``--chain 512,5120,25600 [--reps 9]``: the fixed and per-span cost of one insert along the span chain
+(as migrated, without the views on ``otel_traces``, the limit, parse alone) at each insert size
+(:func:`bench_chain`).
 
 ``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
 table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
@@ -215,6 +222,21 @@ class ReceiverProcess:
         """Largest sampled resident memory since ``since`` (``time.perf_counter()``), bytes."""
         return max((rss for t, rss in self.samples if t >= since), default=0)
 
+    def threads_cpu(self) -> dict[tuple[str, str], float]:
+        """CPU-seconds so far of each live thread, keyed by (thread id, name from ``/proc/<pid>/task/*/comm``):
+        ClickHouse names its pools (``ThreadPool``, ``MergeMutate``, ...); Python's threads are ``python``."""
+        out = {}
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended meanwhile
+                continue
+            out[(tid, name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
     def cpu(self) -> float:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -262,7 +284,7 @@ def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flig
     shares = [bodies[i::clients] for i in range(clients)]
     procs = [ctx.Process(target=_client, args=(f"{receiver.url}/v1/traces", share, in_flight, out)) for share in shares]
     expected = len(bodies) * SPANS_PER_REQUEST
-    cpu0 = receiver.cpu()
+    cpu0, threads0 = receiver.cpu(), receiver.threads_cpu()
     started = time.perf_counter()
     for p in procs:
         p.start()
@@ -277,6 +299,9 @@ def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flig
         time.sleep(0.02)
     elapsed = time.perf_counter() - started
     cpu = receiver.cpu() - cpu0
+    by_name: dict[str, float] = {}
+    for key, seconds in receiver.threads_cpu().items():  # threads that ended during the load are not counted
+        by_name[key[1]] = by_name.get(key[1], 0.0) + seconds - threads0.get(key, 0.0)
     peak = receiver.peak(started)
     inserts = receiver.inserts()
     time.sleep(5.0)
@@ -292,6 +317,8 @@ def bench_end_to_end(engine_dir: str, bodies: list[bytes], clients: int, in_flig
           f"({expected / cpu:,.0f} spans/CPU-s); clients {children.ru_utime + children.ru_stime:.2f} CPU-s (cumulative); "
           f"{inserts} inserts; {len(other)} back-pressure answers retried; receiver RSS idle {idle / MB:,.0f} MB, peak under load "
           f"{peak / MB:,.0f} MB (VmHWM {hwm / MB:,.0f} MB), 5 s after {after / MB:,.0f} MB")
+    print("    receiver CPU-s by thread name: " + ", ".join(
+        f"{name} {seconds:.2f}" for name, seconds in sorted(by_name.items(), key=lambda kv: -kv[1]) if seconds >= 0.01))
     return expected / elapsed, cpu * 100_000 / expected, idle, peak, after
 
 
@@ -533,9 +560,22 @@ def bench_prepare(bodies: list[bytes], rounds: int) -> None:
     print(f"  prepare_traces / parse: {medians['prepare_traces'] / medians['protobuf parse']:.2f}x")
 
 
+def variant_stores(engine_dir: str, prefix: str, variants: dict[str, list[str]]) -> dict:
+    """One freshly migrated database per variant (``<prefix>_<i>``, cost jobs stopped), each changed by
+    the variant's statements; returns {variant name: store}."""
+    from schema import jobs
+
+    stores = {}
+    for i, (name, statements) in enumerate(variants.items()):
+        stores[name] = store = fresh_store(engine_dir, f"{prefix}_{i}")
+        jobs.stop(store)
+        for statement in statements:
+            store.command(statement, tag=f"bench.{prefix}")
+    return stores
+
+
 def bench_breakdown(engine_dir: str, reps: int) -> None:
     from collectors.ingest import insert_trace_payloads
-    from schema import jobs
     from schema.migrate import MIGRATIONS_DIR
 
     sql = (MIGRATIONS_DIR / "0062_recreate_llm_calls_mv.sql").read_text()
@@ -553,12 +593,7 @@ def bench_breakdown(engine_dir: str, reps: int) -> None:
                                    calls_mv.replace("TO llm_calls", "TO llm_calls_null")],
         "numbers not stringified": ["DROP VIEW otlp_traces_decode_mv", no_numbers],
     }
-    stores = {}
-    for i, (name, statements) in enumerate(variants.items()):
-        stores[name] = store = fresh_store(engine_dir, f"bench_part_{i}")
-        jobs.stop(store)
-        for statement in statements:
-            store.command(statement, tag="bench.breakdown")
+    stores = variant_stores(engine_dir, "bench_part", variants)
     cpu: dict[str, list[float]] = {name: [] for name in stores}
     seed = 1
     for rep in range(reps):
@@ -574,6 +609,55 @@ def bench_breakdown(engine_dir: str, reps: int) -> None:
     print(f"  median CPU-s per 102,400-span insert, {reps} interleaved inserts each:")
     for name, value in med.items():
         print(f"    {name:26s} {value:6.3f}  ({value - base:+.3f} vs as migrated)")
+
+
+def bench_chain(engine_dir: str, reps: int, sizes: list[int]) -> None:
+    """``--chain``: the fixed and per-span cost of one insert along the span chain.
+
+    For each insert size in ``sizes`` (spans; whole requests of 512), inserts alternated over four
+    databases of one engine (jobs and merges stopped, the writer's deduplication-token settings):
+    as migrated; without the views on ``otel_traces`` (every one the engine lists as depending on it:
+    seven at migration 0400); the limit (chain cut
+    after the decoder, as in (5)); protobuf parse alone. Prints the median CPU-s per insert of each
+    (this process: the engine's threads included) and its paired ratio to as migrated.
+    """
+    from collectors.ingest import insert_trace_payloads
+
+    probe = fresh_store(engine_dir, "bench_chain_probe")
+    span_views = probe.scalar("SELECT dependencies_table FROM system.tables WHERE database = currentDatabase() "
+                              "AND name = 'otel_traces'", tag="bench.chain")
+    probe.command("DROP DATABASE bench_chain_probe SYNC", tag="bench.drop")
+    variants = {
+        "as migrated": [],
+        "without the views on otel_traces": [f"DROP VIEW {v}" for v in span_views],
+        "limit (parse + flatten)": ["DROP VIEW otlp_spans_dedup_mv"],
+        "parse alone": ["DROP VIEW otlp_spans_dedup_mv", "DROP VIEW otlp_traces_decode_mv"],
+    }
+    stores = variant_stores(engine_dir, "bench_chain", variants)
+    store = stores["as migrated"]
+    store.command("SYSTEM STOP MERGES", tag="bench.chain")  # the whole engine: inserts alone are timed
+    seed = 100
+    for size in sizes:
+        per_insert = max(1, size // SPANS_PER_REQUEST)
+        cpu: dict[str, list[float]] = {name: [] for name in stores}
+        for rep in range(reps):
+            order = list(stores.items())
+            for name, store in (order if rep % 2 == 0 else order[::-1]):
+                bodies = make_requests(per_insert, seed=seed)
+                seed += 1
+                settings = {"insert_deduplication_token": f"chain-{seed}",
+                            "deduplicate_blocks_in_dependent_materialized_views": 1}
+                c0 = time.process_time()
+                insert_trace_payloads(store, bodies, settings=settings)
+                cpu[name].append(time.process_time() - c0)
+        base = cpu["as migrated"]
+        print(f"  {per_insert * SPANS_PER_REQUEST:,}-span inserts, {reps} alternated each (load {os.getloadavg()[0]:.1f}):")
+        for name, values in cpu.items():
+            ratios = sorted(v / b for v, b in zip(values, base))
+            print(f"    {name:34s} median {sorted(values)[reps // 2]:.3f} CPU-s per insert, "
+                  f"paired ratio to as migrated {ratios[reps // 2]:.2f}")
+    for i in range(len(variants)):
+        store.command(f"DROP DATABASE bench_chain_{i} SYNC", tag="bench.drop")
 
 
 def main() -> None:
@@ -597,11 +681,17 @@ def main() -> None:
     parser.add_argument("--drain", action="store_true",
                         help="only the writer draining a full spool, per --inserts-in-flight value (default 1,2)")
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
+    parser.add_argument("--chain", default="", metavar="SPANS,...",
+                        help="only the fixed and per-span cost of one insert along the span chain, at these insert sizes")
     parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
     parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
     parser.add_argument("--batch-requests", type=int, default=20,
                         help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
     args = parser.parse_args()
+    if args.chain:
+        with tempfile.TemporaryDirectory(prefix="bench-chain-") as engine_dir:
+            bench_chain(engine_dir, args.reps, [int(x) for x in args.chain.split(",")])
+        return
     if args.breakdown:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
             bench_breakdown(engine_dir, args.reps)

@@ -181,3 +181,27 @@ def test_raw_insert_takes_chunks_and_bytes_alike(store):
         [(1, "one"), (2, "two"), (3, "three")]
     with pytest.raises(ValueError):
         store.raw_insert("t", b"", "TabSeparated; DROP TABLE t", tag="test.t")
+
+
+def _big_spans(n: int, trace: bytes) -> bytes:
+    """``n`` spans, each carrying one 60,000-byte attribute (under the 64 KiB truncation limit)."""
+    req = ExportTraceServiceRequest()
+    ss = req.resource_spans.add().scope_spans.add()
+    for i in range(n):
+        span = ss.spans.add(trace_id=trace, span_id=(i + 1).to_bytes(8, "big"), name="big", kind=1,
+                            start_time_unix_nano=T0 + i, end_time_unix_nano=T0 + i + 1)
+        span.attributes.add(key="blob", value=AnyValue(string_value=chr(ord("a") + i % 26) * 60_000))
+    return req.SerializeToString()
+
+
+def test_otel_traces_insert_parts_are_compact_up_to_32_mib(store):
+    """Migration 0400: a part of 200 x 60 kB (12 MB, above ClickHouse's default 10 MiB for Wide)
+    is Compact; one of 600 x 60 kB (36 MB, above 32 MiB) is Wide."""
+    store.command("SYSTEM STOP MERGES otel_traces", tag="test.parts")
+    insert_trace_payloads(store, [_big_spans(200, b"\x01" * 16)])
+    insert_trace_payloads(store, [_big_spans(600, b"\x02" * 16)])
+    parts = store.query("SELECT rows, part_type, data_uncompressed_bytes FROM system.parts WHERE database = "
+                        "currentDatabase() AND table = 'otel_traces' AND active ORDER BY rows", tag="test.parts").result_rows
+    assert [(rows, kind) for rows, kind, _ in parts] == [(200, "Compact"), (600, "Wide")]
+    assert 10 * 2**20 < parts[0][2] < 32 * 2**20 < parts[1][2]
+    assert store.scalar("SELECT sum(length(SpanAttributes['blob'])) FROM otel_traces", tag="test.parts") == 800 * 60_000

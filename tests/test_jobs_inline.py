@@ -1,5 +1,6 @@
 """The explicit runner sends its statements with the job views written out (schema/jobs/inline.py,
-issue 18 item 4): the rows must be the views' rows.
+issue 18 item 4), without the arms an explicit run reads no row from (``explicit_queries``): the rows
+must be the views' rows.
 
 Every job view the runner's statements read is compared, as the runner sends it (the view replaced by
 its stored query, the views inside it too), with the view itself on the scenario of
@@ -14,7 +15,7 @@ import pytest
 
 from schema import jobs
 from schema.jobs import JOBS_DIR, sql_statements
-from schema.jobs.inline import inline_views, view_queries
+from schema.jobs.inline import explicit_queries, inline_views, view_queries
 from tests.test_cost_job_views import RUN_ID, assert_same_rows, drop_scratch, fill_scratch, rows, scenario
 from tests.test_cost_support import _module_store, at, cstore  # noqa: F401
 
@@ -43,6 +44,11 @@ def test_inlined_views_give_the_views_rows(cstore, lo, hi):
     jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs history, which replica_minutes and tasks read
     queries = _queries(cstore)
     assert set(VIEWS) | {"call_costs"} <= set(queries)
+    # the explicit run's form: no periodic arm left (the text rules matched this engine's formatting)
+    explicit = explicit_queries(queries)
+    assert not [name for name, query in explicit.items() if "_live" in query]
+    assert sum(query.count("_runs") for query in explicit.values()) == sum(
+        query.count("_runs") for query in queries.values())
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     fill_scratch(cstore, p)
     cstore.command(sql_statements(JOBS_DIR / "run_reconcile.sql")[0], p, tag="test.inline")
@@ -55,6 +61,7 @@ def test_inlined_views_give_the_views_rows(cstore, lo, hi):
             assert f"{view}(" not in inlined and "job_" not in inlined.replace("job_clock", ""), view
             seen[view] = rows(cstore, sql, p, key)
             assert_same_rows(rows(cstore, inlined, p, key), seen[view], view)
+            assert_same_rows(rows(cstore, inline_views(sql, explicit), p, key), seen[view], view)
     finally:
         drop_scratch(cstore, p)
     if (lo, hi) == (0, 1200):
@@ -117,6 +124,36 @@ def test_inline_text_rules():
     with pytest.raises(ValueError):
         inline_views("SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})",
                      {"job_a": "SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})"})
+
+
+def test_explicit_queries_text_rules():
+    """The periodic arm (``<x>_live WHERE p_run_id = 0``) goes, its column aliases move to the run's arm;
+    call_costs keeps its history arm; a text the rules do not match is kept whole."""
+    queries = {
+        "job_a": "WITH {run_id:UInt64} AS p_run_id, "
+                 "g AS (SELECT replica AS g_replica, saturated AS g_sat FROM db.gauges_live WHERE p_run_id = 0 "
+                 "UNION ALL SELECT replica, saturated FROM db.gauges_runs WHERE (run_id = p_run_id) AND (p_run_id != 0)), "
+                 "c AS (SELECT replica, work FROM db.calls_live WHERE (p_run_id = 0) AND (replica != '') "
+                 "UNION ALL SELECT replica, work FROM db.calls_runs WHERE (run_id = p_run_id) AND (replica != '')) "
+                 "SELECT * FROM g, c",
+        "job_b": "SELECT * FROM db.rec_live WHERE {run_id:UInt64} = 0 UNION ALL SELECT * EXCEPT (run_id, written_at) "
+                 "FROM db.rec_runs WHERE (run_id = {run_id:UInt64}) AND ({run_id:UInt64} != 0)",
+        "job_c": "SELECT * FROM db.x_live WHERE p_run_id = 0 UNION ALL SELECT * FROM db.y_runs",
+        "call_costs": "SELECT * FROM db.call_costs_history WHERE minute < (SELECT max(watermark) FROM db.cost_watermark) "
+                      "UNION ALL SELECT * FROM db.call_costs_live WHERE minute >= (SELECT max(watermark) FROM db.cost_watermark)",
+    }
+    assert explicit_queries(queries) == {
+        "job_a": "WITH {run_id:UInt64} AS p_run_id, "
+                 "g AS (SELECT replica AS g_replica, saturated AS g_sat FROM db.gauges_runs WHERE (run_id = p_run_id) "
+                 "AND (p_run_id != 0)), "
+                 "c AS (SELECT replica, work FROM db.calls_runs WHERE (run_id = p_run_id) AND (replica != '')) "
+                 "SELECT * FROM g, c",
+        "job_b": "SELECT * EXCEPT (run_id, written_at) FROM db.rec_runs WHERE (run_id = {run_id:UInt64}) "
+                 "AND ({run_id:UInt64} != 0)",
+        # another table after the UNION: not the pattern, kept
+        "job_c": "SELECT * FROM db.x_live WHERE p_run_id = 0 UNION ALL SELECT * FROM db.y_runs",
+        "call_costs": "SELECT * FROM db.call_costs_history WHERE minute < (SELECT max(watermark) FROM db.cost_watermark)",
+    }
 
 
 def test_view_queries_skip_a_job_view_without_the_runners_placeholders():

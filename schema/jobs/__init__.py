@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from schema.jobs.inline import inline_views, view_queries
+from schema.jobs.inline import explicit_queries, inline_views, view_queries
 from schema.jobs.schedule import Chunk, Task, plan, run_plan
 
 log = logging.getLogger(__name__)
@@ -148,8 +148,9 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     tasks = plan(chunks)
     lock = threading.Lock()
     # each statement with the job views it reads written out: planned in about half the time
-    # (schema/jobs/inline.py); the views' queries as the store holds them now
-    queries = view_queries(store, (JOBS_DIR / "job_views.sql").read_text())
+    # (schema/jobs/inline.py); the views' queries as the store holds them now, without the arms over
+    # the periodic chain's tables (no row for an explicit run)
+    queries = explicit_queries(view_queries(store, (JOBS_DIR / "job_views.sql").read_text()))
     texts = {name: [inline_views(statement, queries) for statement in _statements(name)]
              for name in {name for task in tasks for name in task.files}}
 

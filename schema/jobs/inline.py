@@ -21,6 +21,11 @@ What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
 * a plain view of :data:`PLAIN_VIEWS` read as ``FROM``/``JOIN <view>`` by ``(<its query>) AS <view>``;
 * recursively, inside the inserted queries (``job_replica_minutes`` reads ``job_replica_spend`` and
   ``call_costs``). Anything else is left as written (a view missing from the store stays a view).
+
+:func:`explicit_queries` then drops the arms of those queries an explicit run reads no row from (the
+periodic chain's ``*_live`` scratch tables, ``call_costs_live`` above the watermark): fewer reads to
+plan in every statement that reads a scratch table or ``call_costs`` (schema/jobs/README.md, "Without
+the periodic arms").
 """
 
 from __future__ import annotations
@@ -39,6 +44,17 @@ _CALL = re.compile(r"(?<![\w.`])(?:`?\w+`?\.)?`?(job_\w+)`?"
                    r"\((ws = \{ws:DateTime\}, we = \{we:DateTime\}(?:, run_id = \{run_id:UInt64\})?)\)")
 _PLAIN = {name: re.compile(rf"\b(FROM|JOIN)\s+(?:`?\w+`?\.)?`?{name}`?(?![\w`(])(\s+AS\s+\w+)?") for name in PLAIN_VIEWS}
 _DEPTH = 8  # views inside views: the job views nest two deep
+# A job view's periodic arm over a scratch table and the explicit run's arm after it (migrations 0064,
+# 0180, 0240): `SELECT <columns> FROM <db>.<x>_live WHERE p_run_id = 0 [AND (<condition>)] UNION ALL
+# SELECT <columns'> FROM <db>.<x>_runs WHERE (run_id = p_run_id) ...`. An explicit run's run_id is never
+# 0, so the first arm reads no row; it names the union's columns, so its list goes to the second arm
+# when it aliases them (the two tables have the same columns, and `_runs` two more).
+_LIVE_ARM = re.compile(r"SELECT (?P<live>[\w\s,*]+?) FROM (?P<db>(?:`?\w+`?\.)?)`?(?P<x>\w+)_live`? "
+                       r"WHERE (?:\(?p_run_id = 0\)?|\(?\{run_id:UInt64\} = 0\)?)(?: AND \([^()]*\))? UNION ALL "
+                       r"SELECT (?P<runs>[\w\s,*]+?(?: EXCEPT \(run_id, written_at\))?) FROM (?P=db)`?(?P=x)_runs`? ")
+# call_costs' live arm (migration 0064): the minutes from the watermark on.
+_CALL_COSTS_LIVE = re.compile(r" UNION ALL SELECT \* FROM (?:`?\w+`?\.)?`?call_costs_live`? WHERE minute >= "
+                              r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\)$")
 
 
 def inline_views(statement: str, queries: dict[str, str], *, depth: int = 0) -> str:
@@ -79,3 +95,30 @@ def view_queries(store, sql: str) -> dict[str, str]:
     rows = store.query(sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
     return {name: query for name, query in rows
             if query and (name in PLAIN_VIEWS or "{ws:DateTime}" in query)}
+
+
+def _runs_arm(match: re.Match) -> str:
+    columns = match.group("live") if " AS " in match.group("live") else match.group("runs")
+    return f"SELECT {columns} FROM {match.group('db')}{match.group('x')}_runs "
+
+
+def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
+    """``queries`` (from :func:`view_queries`) without the arms an explicit run reads no row from.
+
+    * A job view's arm over a periodic scratch table (``<x>_live WHERE p_run_id = 0``): the runner's
+      ``run_id`` is never 0, so only the ``<x>_runs`` arm has rows.
+    * ``call_costs``' live arm (minutes from the watermark on): the runner reads ``call_costs`` only in
+      statements that run after the chunk's ``cost`` step raised the watermark to ``we`` or above
+      (``replica_minutes``, ``tasks``; :mod:`schema.jobs.schedule`), and only minutes below ``we``.
+
+    Returns:
+        A new dict; a query whose text does not match (another server's formatting) is kept whole,
+        which reads the same rows.
+    """
+    out = {}
+    for name, query in queries.items():
+        if name == "call_costs":
+            out[name] = _CALL_COSTS_LIVE.sub("", query)
+        else:
+            out[name] = _LIVE_ARM.sub(_runs_arm, query)
+    return out

@@ -105,6 +105,38 @@ def test_runner_sends_the_views_written_out(cstore, monkeypatch):
                          rows(cstore, history.format(table=table, key=", ".join(key)), {}, key), table)
 
 
+def test_runner_keeps_its_statements_until_a_view_changes(cstore, monkeypatch):
+    """The stored queries are read (system.tables.as_select) once per set of view definitions: a second
+    run reads only the views' UUIDs; a view replaced (new UUID) is read again and its new query runs."""
+    scenario(cstore)
+    window = {"start": at(0), "end": at(1200), "workers": 1}
+    jobs.run_jobs(cstore, **window)
+    tasks = "SELECT task_id, calls FROM tasks_history ORDER BY task_id"
+    before = cstore.query(tasks, tag="test.inline").result_rows
+    assert len(before) >= 3
+    sent = []
+    query = type(cstore).query
+
+    def record(self, sql, parameters=None, *, tag, settings=None):
+        sent.append(sql)
+        return query(self, sql, parameters, tag=tag, settings=settings)
+
+    monkeypatch.setattr(type(cstore), "query", record)
+    jobs.run_jobs(cstore, **window)
+    assert any("uuid" in s for s in sent) and not any("as_select" in s for s in sent)
+    assert cstore.query(tasks, tag="test.inline").result_rows == before
+    stored = _queries(cstore)["job_tasks"]
+    try:
+        cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS SELECT * REPLACE (toUInt32(calls + 1000) AS calls) "
+                       f"FROM ({stored})", tag="test.inline")
+        sent.clear()
+        jobs.run_jobs(cstore, **window)
+        assert any("as_select" in s for s in sent)
+        assert cstore.query(tasks, tag="test.inline").result_rows == [(t, n + 1000) for t, n in before]
+    finally:
+        cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS {stored}", tag="test.inline")
+
+
 def test_inline_text_rules():
     queries = {
         "job_a": "WITH {ws:DateTime} AS ws SELECT x FROM job_b(ws = {ws:DateTime}, we = {we:DateTime}) JOIN call_costs AS cc ON 1",

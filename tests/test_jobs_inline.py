@@ -11,6 +11,8 @@ unattributed call) for three windows; then the text rules on small statements.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from schema import jobs
@@ -49,6 +51,11 @@ def test_inlined_views_give_the_views_rows(cstore, lo, hi):
     assert not [name for name, query in explicit.items() if "_live" in query]
     assert sum(query.count("_runs") for query in explicit.values()) == sum(
         query.count("_runs") for query in queries.values())
+    # call_costs is read as its history: sound only while every read of it stops below we (<= watermark)
+    assert explicit["call_costs"].endswith("call_costs_history")
+    reads = [(name, query[m.end():m.end() + 400]) for name, query in queries.items()
+             for m in re.finditer(r"FROM (?:\w+\.)?call_costs\b(?!_)", query)]
+    assert len(reads) >= 4 and all("(minute < we)" in after.split(" GROUP BY ")[0] for _, after in reads), reads
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     fill_scratch(cstore, p)
     cstore.command(sql_statements(JOBS_DIR / "run_reconcile.sql")[0], p, tag="test.inline")
@@ -160,7 +167,7 @@ def test_inline_text_rules():
 
 def test_explicit_queries_text_rules():
     """The periodic arm (``<x>_live WHERE p_run_id = 0``) goes, its column aliases move to the run's arm;
-    call_costs keeps its history arm; a text the rules do not match is kept whole."""
+    call_costs is its history table; a text the rules do not match is kept whole."""
     queries = {
         "job_a": "WITH {run_id:UInt64} AS p_run_id, "
                  "g AS (SELECT replica AS g_replica, saturated AS g_sat FROM db.gauges_live WHERE p_run_id = 0 "
@@ -184,8 +191,11 @@ def test_explicit_queries_text_rules():
                  "AND ({run_id:UInt64} != 0)",
         # another table after the UNION: not the pattern, kept
         "job_c": "SELECT * FROM db.x_live WHERE p_run_id = 0 UNION ALL SELECT * FROM db.y_runs",
-        "call_costs": "SELECT * FROM db.call_costs_history WHERE minute < (SELECT max(watermark) FROM db.cost_watermark)",
+        "call_costs": "SELECT * FROM db.call_costs_history",
     }
+    # call_costs in another form: kept
+    other = {"call_costs": "SELECT * FROM db.call_costs_history UNION ALL SELECT * FROM db.call_costs_live"}
+    assert explicit_queries(other) == other
 
 
 def test_view_queries_skip_a_job_view_without_the_runners_placeholders():

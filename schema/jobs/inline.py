@@ -23,7 +23,7 @@ What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
   ``call_costs``). Anything else is left as written (a view missing from the store stays a view).
 
 :func:`explicit_queries` then drops the arms of those queries an explicit run reads no row from (the
-periodic chain's ``*_live`` scratch tables, ``call_costs_live`` above the watermark): fewer reads to
+periodic chain's ``*_live`` scratch tables; ``call_costs`` read as its history table): fewer reads to
 plan in every statement that reads a scratch table or ``call_costs`` (schema/jobs/README.md, "Without
 the periodic arms").
 """
@@ -53,9 +53,11 @@ _DEPTH = 8  # views inside views: the job views nest two deep
 _LIVE_ARM = re.compile(r"SELECT (?P<live>[\w\s,*]+?) FROM (?P<db>(?:`?\w+`?\.)?)`?(?P<x>\w+)_live`? "
                        r"WHERE (?:\(?p_run_id = 0\)?|\(?\{run_id:UInt64\} = 0\)?)(?: AND \([^()]*\))? UNION ALL "
                        r"SELECT (?P<runs>[\w\s,*]+?(?: EXCEPT \(run_id, written_at\))?) FROM (?P=db)`?(?P=x)_runs`? ")
-# call_costs' live arm (migration 0064): the minutes from the watermark on.
-_CALL_COSTS_LIVE = re.compile(r" UNION ALL SELECT \* FROM (?:`?\w+`?\.)?`?call_costs_live`? WHERE minute >= "
-                              r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\)$")
+# call_costs (migration 0064): history below the watermark, live from it on.
+_CALL_COSTS = re.compile(r"^SELECT \* FROM (?P<history>(?:`?\w+`?\.)?`?call_costs_history`?) WHERE minute < "
+                         r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\) UNION ALL SELECT \* FROM "
+                         r"(?:`?\w+`?\.)?`?call_costs_live`? WHERE minute >= "
+                         r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\)$")
 
 
 def inline_views(statement: str, queries: dict[str, str], *, depth: int = 0) -> str:
@@ -108,9 +110,11 @@ def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
 
     * A job view's arm over a periodic scratch table (``<x>_live WHERE p_run_id = 0``): the runner's
       ``run_id`` is never 0, so only the ``<x>_runs`` arm has rows.
-    * ``call_costs``' live arm (minutes from the watermark on): the runner reads ``call_costs`` only in
-      statements that run after the chunk's ``cost`` step raised the watermark to ``we`` or above
-      (``replica_minutes``, ``tasks``; :mod:`schema.jobs.schedule`), and only minutes below ``we``.
+    * ``call_costs`` is its history table: the runner reads ``call_costs`` only in statements that run
+      after the chunk's ``cost`` step raised the watermark to ``we`` or above (``replica_minutes``,
+      ``tasks``; :mod:`schema.jobs.schedule`), and only minutes below ``we`` (every read of it in the
+      job views says ``minute < we``), so all from history; the live arm (minutes from the watermark
+      on) has none of them.
 
     Returns:
         A new dict; a query whose text does not match (another server's formatting) is kept whole,
@@ -119,7 +123,7 @@ def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
     out = {}
     for name, query in queries.items():
         if name == "call_costs":
-            out[name] = _CALL_COSTS_LIVE.sub("", query)
+            out[name] = _CALL_COSTS.sub(lambda m: f"SELECT * FROM {m.group('history')}", query)
         else:
             out[name] = _LIVE_ARM.sub(_runs_arm, query)
     return out

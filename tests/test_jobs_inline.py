@@ -40,6 +40,19 @@ def _queries(store) -> dict[str, str]:
     return view_queries(store, (JOBS_DIR / "job_views.sql").read_text())
 
 
+def _record(monkeypatch, store, method: str) -> list[str]:
+    """The SQL of every ``store.<method>`` call from now on (the store's class patched)."""
+    sent = []
+    call = getattr(type(store), method)
+
+    def record(self, sql, parameters=None, *, tag, settings=None):
+        sent.append(sql)
+        return call(self, sql, parameters, tag=tag, settings=settings)
+
+    monkeypatch.setattr(type(store), method, record)
+    return sent
+
+
 @pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
 def test_inlined_views_give_the_views_rows(cstore, lo, hi):
     scenario(cstore)
@@ -85,14 +98,7 @@ def test_runner_sends_the_views_written_out(cstore, monkeypatch):
     """run_jobs' job statements carry the views' queries, not the views; the history rows are those of
     the statements as written (the views)."""
     scenario(cstore)
-    sent = []
-    command = type(cstore).command
-
-    def record(self, sql, parameters=None, *, tag, settings=None):
-        sent.append(sql)
-        return command(self, sql, parameters, tag=tag, settings=settings)
-
-    monkeypatch.setattr(type(cstore), "command", record)
+    sent = _record(monkeypatch, cstore, "command")
     jobs.run_jobs(cstore, start=at(0), end=at(1200), workers=1)
     inserts = [s for s in sent if s.startswith("INSERT INTO") and ("_history" in s or "_runs" in s)]
     assert len(inserts) >= 7 and not any("job_" in s for s in inserts)
@@ -121,14 +127,7 @@ def test_runner_keeps_its_statements_until_a_view_changes(cstore, monkeypatch):
     tasks = "SELECT task_id, calls FROM tasks_history ORDER BY task_id"
     before = cstore.query(tasks, tag="test.inline").result_rows
     assert len(before) >= 3
-    sent = []
-    query = type(cstore).query
-
-    def record(self, sql, parameters=None, *, tag, settings=None):
-        sent.append(sql)
-        return query(self, sql, parameters, tag=tag, settings=settings)
-
-    monkeypatch.setattr(type(cstore), "query", record)
+    sent = _record(monkeypatch, cstore, "query")
     jobs.run_jobs(cstore, **window)
     assert any("uuid" in s for s in sent) and not any("as_select" in s for s in sent)
     assert cstore.query(tasks, tag="test.inline").result_rows == before

@@ -1,5 +1,6 @@
 """The explicit runner sends its statements with the job views written out (schema/jobs/inline.py,
-issue 18 item 4): the rows must be the views' rows.
+issue 18 item 4), without the arms an explicit run reads no row from (``explicit_queries``): the rows
+must be the views' rows.
 
 Every job view the runner's statements read is compared, as the runner sends it (the view replaced by
 its stored query, the views inside it too), with the view itself on the scenario of
@@ -10,11 +11,13 @@ unattributed call) for three windows; then the text rules on small statements.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from schema import jobs
 from schema.jobs import JOBS_DIR, sql_statements
-from schema.jobs.inline import inline_views, view_queries
+from schema.jobs.inline import explicit_queries, inline_views, view_queries
 from tests.test_cost_job_views import RUN_ID, assert_same_rows, drop_scratch, fill_scratch, rows, scenario
 from tests.test_cost_support import _module_store, at, cstore  # noqa: F401
 
@@ -37,12 +40,35 @@ def _queries(store) -> dict[str, str]:
     return view_queries(store, (JOBS_DIR / "job_views.sql").read_text())
 
 
+def _record(monkeypatch, store, method: str) -> list[str]:
+    """The SQL of every ``store.<method>`` call from now on (the store's class patched)."""
+    sent = []
+    call = getattr(type(store), method)
+
+    def record(self, sql, parameters=None, *, tag, settings=None):
+        sent.append(sql)
+        return call(self, sql, parameters, tag=tag, settings=settings)
+
+    monkeypatch.setattr(type(store), method, record)
+    return sent
+
+
 @pytest.mark.parametrize("lo, hi", [(0, 1200), (60, 180), (120, 1200)])
 def test_inlined_views_give_the_views_rows(cstore, lo, hi):
     scenario(cstore)
     jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs history, which replica_minutes and tasks read
     queries = _queries(cstore)
     assert set(VIEWS) | {"call_costs"} <= set(queries)
+    # the explicit run's form: no periodic arm left (the text rules matched this engine's formatting)
+    explicit = explicit_queries(queries)
+    assert not [name for name, query in explicit.items() if "_live" in query]
+    assert sum(query.count("_runs") for query in explicit.values()) == sum(
+        query.count("_runs") for query in queries.values())
+    # call_costs is read as its history: sound only while every read of it stops below we (<= watermark)
+    assert explicit["call_costs"].endswith("call_costs_history")
+    reads = [(name, query[m.end():m.end() + 400]) for name, query in queries.items()
+             for m in re.finditer(r"FROM (?:\w+\.)?call_costs\b(?!_)", query)]
+    assert len(reads) >= 4 and all("(minute < we)" in after.split(" GROUP BY ")[0] for _, after in reads), reads
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     fill_scratch(cstore, p)
     cstore.command(sql_statements(JOBS_DIR / "run_reconcile.sql")[0], p, tag="test.inline")
@@ -55,6 +81,7 @@ def test_inlined_views_give_the_views_rows(cstore, lo, hi):
             assert f"{view}(" not in inlined and "job_" not in inlined.replace("job_clock", ""), view
             seen[view] = rows(cstore, sql, p, key)
             assert_same_rows(rows(cstore, inlined, p, key), seen[view], view)
+            assert_same_rows(rows(cstore, inline_views(sql, explicit), p, key), seen[view], view)
     finally:
         drop_scratch(cstore, p)
     if (lo, hi) == (0, 1200):
@@ -71,14 +98,7 @@ def test_runner_sends_the_views_written_out(cstore, monkeypatch):
     """run_jobs' job statements carry the views' queries, not the views; the history rows are those of
     the statements as written (the views)."""
     scenario(cstore)
-    sent = []
-    command = type(cstore).command
-
-    def record(self, sql, parameters=None, *, tag, settings=None):
-        sent.append(sql)
-        return command(self, sql, parameters, tag=tag, settings=settings)
-
-    monkeypatch.setattr(type(cstore), "command", record)
+    sent = _record(monkeypatch, cstore, "command")
     jobs.run_jobs(cstore, start=at(0), end=at(1200), workers=1)
     inserts = [s for s in sent if s.startswith("INSERT INTO") and ("_history" in s or "_runs" in s)]
     assert len(inserts) >= 7 and not any("job_" in s for s in inserts)
@@ -96,6 +116,31 @@ def test_runner_sends_the_views_written_out(cstore, monkeypatch):
                        ("tasks", ["task_id"])):
         assert_same_rows(got[table].sort_values(key, kind="stable").reset_index(drop=True),
                          rows(cstore, history.format(table=table, key=", ".join(key)), {}, key), table)
+
+
+def test_runner_keeps_its_statements_until_a_view_changes(cstore, monkeypatch):
+    """The stored queries are read (system.tables.as_select) once per set of view definitions: a second
+    run reads only the views' UUIDs; a view replaced (new UUID) is read again and its new query runs."""
+    scenario(cstore)
+    window = {"start": at(0), "end": at(1200), "workers": 1}
+    jobs.run_jobs(cstore, **window)
+    tasks = "SELECT task_id, calls FROM tasks_history ORDER BY task_id"
+    before = cstore.query(tasks, tag="test.inline").result_rows
+    assert len(before) >= 3
+    sent = _record(monkeypatch, cstore, "query")
+    jobs.run_jobs(cstore, **window)
+    assert any("uuid" in s for s in sent) and not any("as_select" in s for s in sent)
+    assert cstore.query(tasks, tag="test.inline").result_rows == before
+    stored = _queries(cstore)["job_tasks"]
+    try:
+        cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS SELECT * REPLACE (toUInt32(calls + 1000) AS calls) "
+                       f"FROM ({stored})", tag="test.inline")
+        sent.clear()
+        jobs.run_jobs(cstore, **window)
+        assert any("as_select" in s for s in sent)
+        assert cstore.query(tasks, tag="test.inline").result_rows == [(t, n + 1000) for t, n in before]
+    finally:
+        cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS {stored}", tag="test.inline")
 
 
 def test_inline_text_rules():
@@ -117,6 +162,39 @@ def test_inline_text_rules():
     with pytest.raises(ValueError):
         inline_views("SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})",
                      {"job_a": "SELECT * FROM job_a(ws = {ws:DateTime}, we = {we:DateTime})"})
+
+
+def test_explicit_queries_text_rules():
+    """The periodic arm (``<x>_live WHERE p_run_id = 0``) goes, its column aliases move to the run's arm;
+    call_costs is its history table; a text the rules do not match is kept whole."""
+    queries = {
+        "job_a": "WITH {run_id:UInt64} AS p_run_id, "
+                 "g AS (SELECT replica AS g_replica, saturated AS g_sat FROM db.gauges_live WHERE p_run_id = 0 "
+                 "UNION ALL SELECT replica, saturated FROM db.gauges_runs WHERE (run_id = p_run_id) AND (p_run_id != 0)), "
+                 "c AS (SELECT replica, work FROM db.calls_live WHERE (p_run_id = 0) AND (replica != '') "
+                 "UNION ALL SELECT replica, work FROM db.calls_runs WHERE (run_id = p_run_id) AND (replica != '')) "
+                 "SELECT * FROM g, c",
+        "job_b": "SELECT * FROM db.rec_live WHERE {run_id:UInt64} = 0 UNION ALL SELECT * EXCEPT (run_id, written_at) "
+                 "FROM db.rec_runs WHERE (run_id = {run_id:UInt64}) AND ({run_id:UInt64} != 0)",
+        "job_c": "SELECT * FROM db.x_live WHERE p_run_id = 0 UNION ALL SELECT * FROM db.y_runs",
+        "call_costs": "SELECT * FROM db.call_costs_history WHERE minute < (SELECT max(watermark) FROM db.cost_watermark) "
+                      "UNION ALL SELECT * FROM db.call_costs_live WHERE minute >= (SELECT max(watermark) FROM db.cost_watermark)",
+    }
+    assert explicit_queries(queries) == {
+        "job_a": "WITH {run_id:UInt64} AS p_run_id, "
+                 "g AS (SELECT replica AS g_replica, saturated AS g_sat FROM db.gauges_runs WHERE (run_id = p_run_id) "
+                 "AND (p_run_id != 0)), "
+                 "c AS (SELECT replica, work FROM db.calls_runs WHERE (run_id = p_run_id) AND (replica != '')) "
+                 "SELECT * FROM g, c",
+        "job_b": "SELECT * EXCEPT (run_id, written_at) FROM db.rec_runs WHERE (run_id = {run_id:UInt64}) "
+                 "AND ({run_id:UInt64} != 0)",
+        # another table after the UNION: not the pattern, kept
+        "job_c": "SELECT * FROM db.x_live WHERE p_run_id = 0 UNION ALL SELECT * FROM db.y_runs",
+        "call_costs": "SELECT * FROM db.call_costs_history",
+    }
+    # call_costs in another form: kept
+    other = {"call_costs": "SELECT * FROM db.call_costs_history UNION ALL SELECT * FROM db.call_costs_live"}
+    assert explicit_queries(other) == other
 
 
 def test_view_queries_skip_a_job_view_without_the_runners_placeholders():

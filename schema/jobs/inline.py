@@ -21,11 +21,17 @@ What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
 * a plain view of :data:`PLAIN_VIEWS` read as ``FROM``/``JOIN <view>`` by ``(<its query>) AS <view>``;
 * recursively, inside the inserted queries (``job_replica_minutes`` reads ``job_replica_spend`` and
   ``call_costs``). Anything else is left as written (a view missing from the store stays a view).
+
+:func:`explicit_queries` then drops the arms of those queries an explicit run reads no row from (the
+periodic chain's ``*_live`` scratch tables; ``call_costs`` read as its history table): fewer reads to
+plan in every statement that reads a scratch table or ``call_costs`` (schema/jobs/README.md, "Without
+the periodic arms").
 """
 
 from __future__ import annotations
 
 import re
+import threading
 
 # Views the runner's statements read, directly or through another of them (identifiers: an allow-list).
 JOB_VIEWS = (
@@ -39,6 +45,19 @@ _CALL = re.compile(r"(?<![\w.`])(?:`?\w+`?\.)?`?(job_\w+)`?"
                    r"\((ws = \{ws:DateTime\}, we = \{we:DateTime\}(?:, run_id = \{run_id:UInt64\})?)\)")
 _PLAIN = {name: re.compile(rf"\b(FROM|JOIN)\s+(?:`?\w+`?\.)?`?{name}`?(?![\w`(])(\s+AS\s+\w+)?") for name in PLAIN_VIEWS}
 _DEPTH = 8  # views inside views: the job views nest two deep
+# A job view's periodic arm over a scratch table and the explicit run's arm after it (migrations 0064,
+# 0180, 0240): `SELECT <columns> FROM <db>.<x>_live WHERE p_run_id = 0 [AND (<condition>)] UNION ALL
+# SELECT <columns'> FROM <db>.<x>_runs WHERE (run_id = p_run_id) ...`. An explicit run's run_id is never
+# 0, so the first arm reads no row; it names the union's columns, so its list goes to the second arm
+# when it aliases them (the two tables have the same columns, and `_runs` two more).
+_LIVE_ARM = re.compile(r"SELECT (?P<live>[\w\s,*]+?) FROM (?P<db>(?:`?\w+`?\.)?)`?(?P<x>\w+)_live`? "
+                       r"WHERE (?:\(?p_run_id = 0\)?|\(?\{run_id:UInt64\} = 0\)?)(?: AND \([^()]*\))? UNION ALL "
+                       r"SELECT (?P<runs>[\w\s,*]+?(?: EXCEPT \(run_id, written_at\))?) FROM (?P=db)`?(?P=x)_runs`? ")
+# call_costs (migration 0064): history below the watermark, live from it on.
+_CALL_COSTS = re.compile(r"^SELECT \* FROM (?P<history>(?:`?\w+`?\.)?`?call_costs_history`?) WHERE minute < "
+                         r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\) UNION ALL SELECT \* FROM "
+                         r"(?:`?\w+`?\.)?`?call_costs_live`? WHERE minute >= "
+                         r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\)$")
 
 
 def inline_views(statement: str, queries: dict[str, str], *, depth: int = 0) -> str:
@@ -79,3 +98,64 @@ def view_queries(store, sql: str) -> dict[str, str]:
     rows = store.query(sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
     return {name: query for name, query in rows
             if query and (name in PLAIN_VIEWS or "{ws:DateTime}" in query)}
+
+
+def _runs_arm(match: re.Match) -> str:
+    columns = match.group("live") if " AS " in match.group("live") else match.group("runs")
+    return f"SELECT {columns} FROM {match.group('db')}{match.group('x')}_runs "
+
+
+def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
+    """``queries`` (from :func:`view_queries`) without the arms an explicit run reads no row from.
+
+    * A job view's arm over a periodic scratch table (``<x>_live WHERE p_run_id = 0``): the runner's
+      ``run_id`` is never 0, so only the ``<x>_runs`` arm has rows.
+    * ``call_costs`` is its history table: the runner reads ``call_costs`` only in statements that run
+      after the chunk's ``cost`` step raised the watermark to ``we`` or above (``replica_minutes``,
+      ``tasks``; :mod:`schema.jobs.schedule`), and only minutes below ``we`` (every read of it in the
+      job views says ``minute < we``), so all from history; the live arm (minutes from the watermark
+      on) has none of them.
+
+    Returns:
+        A new dict; a query whose text does not match (another server's formatting) is kept whole,
+        which reads the same rows.
+    """
+    out = {}
+    for name, query in queries.items():
+        if name == "call_costs":
+            out[name] = _CALL_COSTS.sub(lambda m: f"SELECT * FROM {m.group('history')}", query)
+        else:
+            out[name] = _LIVE_ARM.sub(_runs_arm, query)
+    return out
+
+
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+_KEPT: dict[tuple, dict[str, str]] = {}
+_KEPT_LOCK = threading.Lock()
+_KEPT_MAX = 16  # distinct (store, definitions) pairs held per process
+
+
+def runner_queries(store, ids_sql: str, queries_sql: str) -> dict[str, str]:
+    """:func:`explicit_queries` of :func:`view_queries` (``queries_sql``: ``job_views.sql``), read again
+    only when a view's definition changed: kept per set of the views' table UUIDs (``ids_sql``:
+    ``job_view_ids.sql``), which CREATE OR REPLACE and DROP + CREATE change (a View takes no MODIFY
+    QUERY). Formatting the stored queries (``system.tables.as_select``) took 37-83 ms a run on chDB's
+    engine 26.9 (the UUIDs: ~8 ms). Without UUIDs (an Ordinary database) nothing is kept.
+
+    Returns:
+        view name -> query text, as :func:`explicit_queries`; do not modify (shared between runs).
+    """
+    names = list(JOB_VIEWS + PLAIN_VIEWS)
+    rows = store.query(ids_sql, {"names": names}, tag="jobs.views").result_rows
+    key = tuple(sorted((str(name), str(uuid)) for name, uuid in rows))
+    if not rows or any(uuid == _ZERO_UUID for _, uuid in key):
+        return explicit_queries(view_queries(store, queries_sql))
+    with _KEPT_LOCK:
+        kept = _KEPT.get(key)
+    if kept is None:
+        kept = explicit_queries(view_queries(store, queries_sql))
+        with _KEPT_LOCK:
+            if len(_KEPT) >= _KEPT_MAX:
+                _KEPT.clear()
+            _KEPT[key] = kept
+    return kept

@@ -174,8 +174,19 @@ def up_row(target: ScrapeTarget, scrape_time_ns: int, ok: bool) -> list:
             scrape_time_ns, 1.0 if ok else 0.0, 0, *NO_EXEMPLARS]
 
 
+# Idle connections are reused for at most this long (seconds). vLLM's API server closes an idle
+# keep-alive connection after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's default too), the same as
+# the default scrape interval and httpx's default expiry: a scrape that reused a connection at that
+# instant was reset by the replica and recorded as up = 0 (seen in the demo, ~1 scrape in 50). Below
+# the server's timeout, a scrape every 5 s opens a fresh connection (one TCP handshake per replica).
+KEEPALIVE_EXPIRY_S = 2.0
+
+
 class Scraper:
-    """Scrapes every target each ``interval_s`` seconds in a named thread; hands rows to ``sink``."""
+    """Scrapes every target each ``interval_s`` seconds in a named thread; hands rows to ``sink``.
+
+    Connections are kept for :data:`KEEPALIVE_EXPIRY_S` when idle, below the replicas' own keep-alive
+    timeout, so a scrape never races the server closing the connection it reuses."""
 
     def __init__(self, targets: list[ScrapeTarget], sink: Callable[[MetricRows], object], interval_s: float = 5.0,
                  timeout_s: float = 3.0):
@@ -191,7 +202,8 @@ class Scraper:
         self.stats = ScrapeStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._client = httpx.Client(timeout=timeout_s, trust_env=False)
+        self._client = httpx.Client(timeout=timeout_s, trust_env=False,
+                                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
 
     def scrape_once(self) -> MetricRows:
         """Scrape every target once; returns (and sinks) the rows, ``up`` rows included."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -114,3 +115,44 @@ def test_scraped_rows_through_the_receiver_spool(store, tmp_path):
     counts = store.query("SELECT (SELECT count() FROM otel_metrics_gauge), (SELECT count() FROM otel_metrics_sum), "
                          "(SELECT groupArray(BucketCounts) FROM otel_metrics_histogram)", tag="test").result_rows
     assert counts == [(1, 3, [[2, 3, 1]])]
+
+
+def test_idle_connection_not_reused_past_the_replicas_keepalive():
+    """vLLM closes an idle keep-alive connection after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a scrape that
+    reused one at that instant was reset and recorded up = 0. Scrapes a moment apart share a connection;
+    after more than KEEPALIVE_EXPIRY_S idle (still below 5 s) the scraper opens a new one."""
+    from collectors.scraper import KEEPALIVE_EXPIRY_S
+
+    IDLE_S = 2.5  # below vLLM's 5 s, above the scraper's expiry
+    assert KEEPALIVE_EXPIRY_S < IDLE_S
+    body = VLLM_TEXT.encode()
+    ports: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as uvicorn serves vLLM's /metrics
+
+        def do_GET(self):
+            ports.append(self.client_address[1])
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    scraper = Scraper([ScrapeTarget(f"http://127.0.0.1:{server.server_port}/metrics", "replica-a", "H100", 1)],
+                      sink=lambda rows: None)
+    try:
+        scraper.scrape_once()
+        scraper.scrape_once()
+        time.sleep(IDLE_S)
+        scraper.scrape_once()
+    finally:
+        scraper.stop()
+        server.shutdown()
+    assert scraper.stats.failures == 0 and len(ports) == 3
+    assert ports[0] == ports[1] and ports[2] != ports[1]

@@ -164,6 +164,7 @@ def make_gateway(replicas, spans):
     stubs, servers = replicas
     for s in stubs:
         s.requests.clear()
+        s.peers.clear()
         s.script = lambda req, headers: Behaviour()
     running = []
 
@@ -226,6 +227,25 @@ def test_stream_passthrough_spans_and_traceparent_upstream(make_gateway, replica
     sent = stubs[0].requests[0][2]["traceparent"]
     assert sent[3:35] == f"{attempt.context.trace_id:032x}" and sent[36:52] == f"{attempt.context.span_id:016x}"
     assert "task.id=T1" in stubs[0].requests[0][2]["baggage"]
+
+
+def test_idle_upstream_connection_not_reused_past_vllms_keepalive(make_gateway, replicas):
+    """vLLM closes an idle keep-alive connection after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE): a request
+    relayed on one at that instant is reset. Requests a moment apart share a connection; after more than
+    UPSTREAM_KEEPALIVE_S idle (still below 5 s) the gateway opens a new one."""
+    from serving.gateway.proxy import UPSTREAM_KEEPALIVE_S
+
+    IDLE_S = 3.5  # below vLLM's 5 s, above the gateway's reuse limit
+    assert UPSTREAM_KEEPALIVE_S < IDLE_S < 5
+    stubs, _ = replicas
+    _, url = make_gateway(n=1)
+    with httpx.Client() as client:
+        for pause in (0.0, 0.0, IDLE_S):
+            time.sleep(pause)
+            resp = client.post(url + "/v1/chat/completions", json=BODY)
+            assert resp.status_code == 200 and sse_events(resp.text)[-1] == "[DONE]"
+    first, second, third = stubs[0].peers
+    assert first == second and third != second
 
 
 def test_retry_before_first_byte_goes_to_another_replica(make_gateway, replicas, spans):

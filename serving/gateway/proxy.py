@@ -69,6 +69,12 @@ FORWARD_HEADERS = ("authorization", "content-type", "accept", "x-request-id", "u
 # The request headers the gateway reads (forwarded ones, trace context, baggage, priority), by their
 # raw lower-case bytes: the others (host, content-length, ...) are never decoded.
 _READ_HEADERS = {name.encode(): name for name in (*FORWARD_HEADERS, "traceparent", "tracestate", "baggage", "x-priority")}
+# Idle upstream connections are reused for at most this long (s). vLLM's API server closes an idle
+# keep-alive connection after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, uvicorn's default too): a request sent
+# on a connection at that instant is reset before its first byte. aiohttp takes the pool's oldest idle
+# connection first and checks its idle time on acquisition, so a margin below 5 s avoids the race; a new
+# connection on loopback costs ~0.1 ms. collectors.scraper keeps its own for the same reason.
+UPSTREAM_KEEPALIVE_S = 3.0
 _USAGE_OPTIONS = b', "stream_options": {"include_usage": true, "continuous_usage_stats": true}}'
 
 
@@ -109,7 +115,7 @@ class Gateway(RelayMixin):
         # Only the connect timeout is aiohttp's: first-byte, between-chunk and response deadlines are
         # the watchdog's (one task, no timer per chunk).
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.config.connect_timeout_s, sock_read=None)
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30.0, enable_cleanup_closed=False)
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=UPSTREAM_KEEPALIVE_S, enable_cleanup_closed=False)
         # DummyCookieJar: a proxy keeps no cookies (one client's Set-Cookie must never ride along on
         # another client's request), and the jar's per-request filtering is CPU on the hot path.
         self.client = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False,

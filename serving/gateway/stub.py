@@ -55,12 +55,14 @@ class _Crash(Exception):
 
 @dataclass
 class StubUpstream:
-    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request;
-    ``disconnects`` the monotonic times at which a client left while the stub was waiting."""
+    """ASGI app. ``requests`` records (path, json body, lower-cased headers) of every request, ``peers``
+    its client's (host, port) (a reused keep-alive connection keeps its port); ``disconnects`` the
+    monotonic times at which a client left while the stub was waiting."""
 
     replica_id: str = "stub"
     script: Callable[[dict, dict], Behaviour] = field(default=lambda req, headers: Behaviour())
     requests: list = field(default_factory=list)
+    peers: list = field(default_factory=list)
     disconnects: list = field(default_factory=list)
     waiting: int = 0
     running: int = 0
@@ -88,6 +90,7 @@ class StubUpstream:
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         req = json.loads(body or b"{}")
         self.requests.append((scope["path"], req, headers))
+        self.peers.append(tuple(scope.get("client") or ()))
         b = self.script(req, headers)
         if b.status != 200:
             extra = [(b"retry-after", b.retry_after.encode())] if b.retry_after else []

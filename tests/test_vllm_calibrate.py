@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+
 import pytest
 
 from serving.vllm import calibrate as cal
@@ -101,23 +104,58 @@ def test_replay_traffic_splits_ttft_as_vllm_spans_do():
     assert cal.replay_traffic([cal.Req(0.0, 40, 1, 1)], FIELDS)[0]["itl_s"] is None
 
 
+TRUTH = {**FIELDS, "base_s": 0.004, "prefill_per_token_s": 7e-5, "frontend_input_s": 0.003,
+         "frontend_per_token_s": 5e-4, "decode_per_seq_s": 2e-4}
+# lone-request values off by 1.5-3x (as on a real host), the slopes kept
+MEASURED = {**TRUTH, "base_s": 0.006, "prefill_per_token_s": 4e-5, "frontend_input_s": 0.009,
+            "input_overhead_s": 0.009, "points": {"x": 1}}
+
+
+def spans_of(reqs: list, fields: dict) -> list[dict]:
+    """The spans vLLM would write for ``reqs`` served as ``replay_traffic`` serves them with ``fields``:
+    arrival (s from the first request), tokens, TTFT split and decode time."""
+    t0 = reqs[0].at_s
+    return [{"start_s": q.at_s - t0, "prompt_tokens": q.prompt_tokens, "output_tokens": q.max_tokens,
+             "ttft_s": r["ttft_s"], "queue_s": 0.0, "prefill_s": r["engine_s"],
+             "decode_s": r["itl_s"] * (q.max_tokens - 1)} for r, q in zip(cal.replay_traffic(reqs, fields), reqs)]
+
+
+def bunched(reqs: list) -> list:
+    """``reqs`` as a late client sends them on a busy host: three at a time, each group at its first
+    request's time (the fidelity check measured sends 0.69 s late at p95, at load 11)."""
+    return [dataclasses.replace(r, at_s=reqs[i - i % 3].at_s) for i, r in enumerate(reqs)]
+
+
 def test_fit_to_traffic_recovers_the_fields_that_made_the_spans():
     traffic = cal.fidelity_workload(seed=cal.CALIBRATION_SEED)
-    truth = {**FIELDS, "base_s": 0.004, "prefill_per_token_s": 7e-5, "frontend_input_s": 0.003,
-             "frontend_per_token_s": 5e-4, "decode_per_seq_s": 2e-4}
-    spans = [{"ttft_s": r["ttft_s"], "queue_s": 0.0, "prefill_s": r["engine_s"],
-              "decode_s": r["itl_s"] * (q.max_tokens - 1), "output_tokens": q.max_tokens}
-             for r, q in zip(cal.replay_traffic(traffic, truth), traffic)]
-    # lone-request values off by 1.5-3x (as on a real host), the slopes kept
-    measured = {**truth, "base_s": 0.006, "prefill_per_token_s": 4e-5, "frontend_input_s": 0.009,
-                "input_overhead_s": 0.009, "points": {"x": 1}}
-    fit = cal.fit_to_traffic(measured, spans)
+    run = spans_of(traffic, TRUTH)
+    fit = cal.fit_to_traffic(MEASURED, [run, run])
     assert fit["base_s"] == pytest.approx(0.004, rel=0.02)
     assert fit["prefill_per_token_s"] == pytest.approx(7e-5, rel=0.02)
     assert fit["frontend_input_s"] == fit["input_overhead_s"] == pytest.approx(0.003, rel=0.05)
-    assert fit["points"]["x"] == 1 and fit["points"]["traffic_fit"]["requests"] == len(traffic)
+    assert fit["points"]["x"] == 1 and fit["points"]["traffic_fit"]["requests"] == 2 * len(traffic)
+    assert fit["points"]["traffic_fit"]["runs"] == 2
     assert fit["points"]["traffic_fit"]["lone_request_fields"]["frontend_input_s"] == 0.009
-    assert measured["base_s"] == 0.006  # not modified
+    assert MEASURED["base_s"] == 0.006  # not modified
+
+
+def test_fit_to_traffic_replays_each_run_at_the_times_vllm_stamped():
+    # One run arrived as scheduled, one bunched in threes by a late client. Bunches queue behind each
+    # other's input and prefill, so the bunched run's TTFT and ITL are longer for the same fields; a fit
+    # replaying the schedule would take that for a slower engine and front end.
+    traffic = cal.fidelity_workload(seed=cal.CALIBRATION_SEED)
+    late = spans_of(bunched(traffic), TRUTH)
+    on_time = spans_of(traffic, TRUTH)
+    assert statistics.median(q["ttft_s"] for q in late) > 1.1 * statistics.median(q["ttft_s"] for q in on_time)
+    fit = cal.fit_to_traffic(MEASURED, [on_time, late])
+    assert fit["base_s"] == pytest.approx(0.004, rel=0.02)
+    assert fit["prefill_per_token_s"] == pytest.approx(7e-5, rel=0.02)
+    # three medians for three fields, solved in turn: the input time lands 7% low on the two runs pooled
+    assert fit["frontend_input_s"] == pytest.approx(0.003, rel=0.1)
+    # the same spans stamped at the schedule's times (what the fit assumed before): input 1.46x, prefill 1.23x
+    misread = [{**q, "start_s": r.at_s - traffic[0].at_s} for q, r in zip(late, traffic)]
+    wrong = cal.fit_to_traffic(MEASURED, [on_time, misread])
+    assert wrong["frontend_input_s"] > 1.3 * 0.003 and wrong["prefill_per_token_s"] > 1.15 * 7e-5
 
 
 def test_solve_increasing_bisects_and_clamps():

@@ -47,9 +47,10 @@ the measured experiments in shuffled order.
    traffic (TTFT - queue - prefill, median 3.1-4.5 ms on real requests at load 13-17 against 12-16 ms
    emulated with the lone value, which inflates TTFT p50 by 12-24%); prefill steps beside decodes and
    other prefills run slower than lone ones. So, replaying the traffic in virtual time with the front
-   end (``replay_traffic``), the prefill slope, ``frontend_input`` and ``base`` are set so that the
-   medians of queue + prefill, of TTFT - queue - prefill and of per-request ITL match the spans'
-   (medians: a host stall moves a few requests, not the fit).
+   end (``replay_traffic``) at the arrival times vLLM stamped (``arrivals``), the prefill slope,
+   ``frontend_input`` and ``base`` are set so that the medians of queue + prefill, of TTFT - queue -
+   prefill and of per-request ITL match the spans' (medians: a host stall moves a few requests, not the
+   fit).
 
 Host contention: ``sched_totals`` / ``wait_share`` read how much of its runnable time each vLLM process
 (API server, engine core, worker) spent waiting for a CPU (the kernel's schedstats), so a calibration
@@ -477,21 +478,31 @@ def solve_increasing(f, target: float, lo: float, hi: float, tol: float = 1e-6) 
     return (lo + hi) / 2
 
 
-def fit_to_traffic(measured: dict, spans: list[dict], rounds: int = 3) -> dict:
+def arrivals(spans: list[dict]) -> list[Req]:
+    """One run's requests as they reached the server, from its spans: each request at its span's start
+    (``start_s``, s from the run's first request), with its ``prompt_tokens`` and ``output_tokens``
+    (``ignore_eos``: the output is ``max_tokens``). On a shared 2-core host the client sends late while
+    vLLM's processes hold the cores, so the server sees bunches the schedule does not have."""
+    return [Req(q["start_s"], q["prompt_tokens"], q["output_tokens"], i) for i, q in enumerate(spans)]
+
+
+def fit_to_traffic(measured: dict, runs: list[list[dict]], rounds: int = 3) -> dict:
     """``measured`` (a ``calibrate`` result) with three fields fitted to vLLM's spans of runs of the
-    calibration traffic (method 5 of the module doc): ``spans`` holds one dict per request of every run
-    of ``fidelity_workload(seed=CALIBRATION_SEED)`` (any number of runs, pooled) with ``ttft_s``,
-    ``queue_s``, ``prefill_s``, ``decode_s`` (s) and ``output_tokens``. Replaying that traffic in
-    virtual time (``replay_traffic``), each field is set so that one median matches the spans':
-    ``prefill_per_token_s`` the median of queue + prefill, ``frontend_input_s`` (and ``input_overhead_s``,
-    the same time with the front-end model off) the median of TTFT - queue - prefill, ``base_s`` the
-    median per-request ITL (decode / (tokens - 1)). Medians, as the check compares: a stall of the
-    host moves a few requests, not the fit. Each is monotonic in its field and solved by bisection
-    (prefill slope in [0, 1 ms] a token, input in [0, 50 ms], base in [0.1, 200 ms]); the three move
-    each other a little (a prefill step delays the decodes beside it), so they are solved in turn
-    ``rounds`` times. ``points.traffic_fit`` keeps the targets and the lone-request values replaced.
-    Raises statistics.StatisticsError when ``spans`` is empty."""
-    traffic = fidelity_workload(seed=CALIBRATION_SEED)
+    calibration traffic (method 5 of the module doc): ``runs`` holds one list per run, one dict per
+    request with ``start_s`` (arrival, s from the run's first request), ``prompt_tokens``,
+    ``output_tokens``, ``ttft_s``, ``queue_s``, ``prefill_s`` and ``decode_s`` (s). Replaying every run
+    in virtual time (``replay_traffic``) at the arrival times vLLM stamped (``arrivals``: the fidelity
+    check offers its emulated runs the same), each field is set so that one median over all runs' requests
+    matches the spans': ``prefill_per_token_s`` the median of queue + prefill, ``frontend_input_s``
+    (and ``input_overhead_s``, the same time with the front-end model off) the median of TTFT - queue -
+    prefill, ``base_s`` the median per-request ITL (decode / (tokens - 1)). Medians, as the check
+    compares: a stall of the host moves a few requests, not the fit. Each is monotonic in its field and
+    solved by bisection (prefill slope in [0, 1 ms] a token, input in [0, 50 ms], base in [0.1, 200 ms]);
+    the three move each other a little (a prefill step delays the decodes beside it), so they are solved
+    in turn ``rounds`` times. ``points.traffic_fit`` keeps the targets and the lone-request values
+    replaced. Raises statistics.StatisticsError when ``runs`` holds no request."""
+    spans = [q for run in runs for q in run]
+    sent = [arrivals(run) for run in runs if run]
     target = {"engine_s": statistics.median(q["queue_s"] + q["prefill_s"] for q in spans),
               "split_s": statistics.median(q["ttft_s"] - q["queue_s"] - q["prefill_s"] for q in spans),
               "itl_s": statistics.median(q["decode_s"] / (q["output_tokens"] - 1) for q in spans
@@ -500,7 +511,8 @@ def fit_to_traffic(measured: dict, spans: list[dict], rounds: int = 3) -> dict:
 
     def solve(key: str, field: str, lo: float, hi: float, tol: float = 1e-6) -> float:
         def med(x: float) -> float:
-            return statistics.median(r[key] for r in replay_traffic(traffic, {**out, field: x}) if r[key] is not None)
+            return statistics.median(r[key] for reqs in sent for r in replay_traffic(reqs, {**out, field: x})
+                                     if r[key] is not None)
         return solve_increasing(med, target[key], lo, hi, tol)
 
     for _ in range(rounds):
@@ -508,7 +520,7 @@ def fit_to_traffic(measured: dict, spans: list[dict], rounds: int = 3) -> dict:
         out["frontend_input_s"] = out["input_overhead_s"] = solve("split_s", "frontend_input_s", 0.0, 0.05)
         out["base_s"] = solve("itl_s", "base_s", 1e-4, 0.2)
     out["points"] = {**measured.get("points", {}), "traffic_fit": {
-        "target_median_s": target, "requests": len(spans),
+        "target_median_s": target, "requests": len(spans), "runs": len(sent),
         "lone_request_fields": {k: measured[k] for k in ("base_s", "prefill_per_token_s", "frontend_input_s",
                                                           "input_overhead_s")}}}
     return out

@@ -53,6 +53,9 @@ DEFAULT_WORKERS = 2
 # The live page's series buckets that get blocks (migration 0360): app.charts.series_bucket of the
 # 7-day and the 30-day range, seconds.
 SERIES_BLOCKS_S = (7200, 43200)
+# The next roll_up_series reads the marks (ops_series_marks, migration 0440) from this long before the
+# previous one started: inserts still being written then, and a server's clock ahead of this host's.
+SERIES_MARKS_MARGIN = timedelta(minutes=10)
 
 
 @dataclass
@@ -372,16 +375,22 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
 
 
 def roll_up_series(store, *, start: datetime, end: datetime) -> None:
-    """Write the live series' blocks (migration 0360) of every size in :data:`SERIES_BLOCKS_S` that
-    lie in ``[start, end)`` (UTC; a block counts when all its hours began before the hour of
+    """Write the live series' blocks (migrations 0360, 0440) of every size in :data:`SERIES_BLOCKS_S`
+    that lie in ``[start, end)`` (UTC; a block counts when all its hours began before the hour of
     ``end``) and that no block row names by the current fingerprint of its rows of
-    ``ops_engine_hours`` (``run_series_blocks.sql``): the t-digest quantiles the live page's
-    multi-day series shows per bucket, fleet and per replica, computed by the page's own merge.
-    Insert-only; a current block is not written again. Raises StoreError from the store."""
+    ``ops_engine_hours`` (summed requests and output tokens, which background merges keep;
+    ``run_series_blocks.sql``): the t-digest quantiles the live page's multi-day series shows per
+    bucket, fleet and per replica, computed by the page's own merge. Only the buckets that can have
+    changed since the previous call covering ``start`` are read: hours that inserts (late rows
+    included) marked in ``ops_series_marks`` from :data:`SERIES_MARKS_MARGIN` before that call's start
+    on, and the blocks that became complete since; the first call (or one after 2 days without)
+    reads all of ``[start, end)``. Insert-only; a current block is not written again. Raises
+    StoreError from the store."""
     run_id = time.time_ns()
+    marks_from = datetime.now(timezone.utc).replace(tzinfo=None) - SERIES_MARKS_MARGIN
     for seconds in SERIES_BLOCKS_S:
         for statement in _statements("run_series_blocks"):
-            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id},
+            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id, "marks_from": marks_from},
                           tag="jobs.series_blocks")
 
 

@@ -374,24 +374,63 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     return first, end
 
 
+def _interval_start(value: datetime, seconds: int) -> datetime:
+    """ClickHouse's ``toStartOfInterval(value, toIntervalSecond(seconds))`` of a naive UTC datetime."""
+    epoch = int(value.replace(tzinfo=timezone.utc).timestamp())
+    return datetime.fromtimestamp(epoch - epoch % seconds, timezone.utc).replace(tzinfo=None)
+
+
 def roll_up_series(store, *, start: datetime, end: datetime) -> None:
     """Write the live series' blocks (migrations 0360, 0440) of every size in :data:`SERIES_BLOCKS_S`
-    that lie in ``[start, end)`` (UTC; a block counts when all its hours began before the hour of
-    ``end``) and that no block row names by the current fingerprint of its rows of
+    that lie in ``[start, end)`` (UTC, naive; a block counts when all its hours began before the hour
+    of ``end``) and that no block row names by the current fingerprint of its rows of
     ``ops_engine_hours`` (summed requests and output tokens, which background merges keep;
     ``run_series_blocks.sql``): the t-digest quantiles the live page's multi-day series shows per
-    bucket, fleet and per replica, computed by the page's own merge. Only the buckets that can have
-    changed since the previous call covering ``start`` are read: hours that inserts (late rows
+    bucket, fleet and per replica, computed by the page's own merge.
+
+    Only the buckets that can have changed since the newest call of the last 2 days whose range began
+    at or before this one's (``ops_series_runs``) are read: those with an hour that inserts (late rows
     included) marked in ``ops_series_marks`` from :data:`SERIES_MARKS_MARGIN` before that call's start
-    on, and the blocks that became complete since; the first call (or one after 2 days without)
-    reads all of ``[start, end)``. Insert-only; a current block is not written again. Raises
-    StoreError from the store."""
+    on, and those that became complete since; with none, no block statement runs. Without such a call
+    every bucket of ``[start, end)`` is read. Insert-only; a current block is not written again.
+    Raises StoreError from the store."""
+    start, end = _minute(start), _minute(end)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    end_hour = end.replace(minute=0)
+    runs = store.query((JOBS_DIR / "series_runs.sql").read_text(), tag="jobs.series_blocks").result_rows
+    firsts = {seconds: _interval_start(start.replace(minute=0), seconds) for seconds in SERIES_BLOCKS_S}
+    last = {}  # block size -> (marks_from, complete_to) of the newest run covering this one's first bucket
+    for seconds, since, marks_from, complete_to in runs:
+        if seconds in firsts and since.replace(tzinfo=None) <= firsts[seconds]:
+            row = (marks_from.replace(tzinfo=None), complete_to.replace(tzinfo=None))
+            last[seconds] = max(last.get(seconds, row), row)
+    marked = []
+    if last:
+        marked = [r[0].replace(tzinfo=None) for r in store.query(
+            (JOBS_DIR / "series_marks.sql").read_text(), {"since": min(m for m, _ in last.values())},
+            tag="jobs.series_blocks").result_rows]
     run_id = time.time_ns()
-    marks_from = datetime.now(timezone.utc).replace(tzinfo=None) - SERIES_MARKS_MARGIN
     for seconds in SERIES_BLOCKS_S:
+        step = timedelta(seconds=seconds)
+        hours = []
+        if seconds in last:
+            marks_from, complete_to = last[seconds]
+            buckets = {_interval_start(h, seconds) for h in marked}  # marks_from of the other size may be older
+            bucket = _interval_start(complete_to, seconds)  # blocks ending after complete_to, complete by end
+            while bucket + step <= end_hour:
+                buckets.add(bucket)
+                bucket += step
+            hours = sorted(b + timedelta(hours=i) for b in buckets if firsts[seconds] <= b and b + step <= end_hour
+                           for i in range(seconds // 3600))
+            if not hours:
+                continue
         for statement in _statements("run_series_blocks"):
-            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id, "marks_from": marks_from},
-                          tag="jobs.series_blocks")
+            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id,
+                                      "all": seconds not in last, "hours": hours}, tag="jobs.series_blocks")
+    # what this call covered, for the next: marks from a margin before its start are left to it
+    store.insert("ops_series_runs", [(seconds, firsts[seconds], now - SERIES_MARKS_MARGIN, end_hour)
+                                     for seconds in SERIES_BLOCKS_S],
+                 ["block_seconds", "since", "marks_from", "complete_to"], tag="jobs.series_blocks")
 
 
 class LateRecompute:

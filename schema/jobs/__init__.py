@@ -55,7 +55,7 @@ DEFAULT_WORKERS = 2
 SERIES_BLOCKS_S = (7200, 43200)
 # The next roll_up_series reads the marks (ops_series_marks, migration 0440) from this long before the
 # previous one started: inserts still being written then, and a server's clock ahead of this host's.
-SERIES_MARKS_MARGIN = timedelta(minutes=10)
+SERIES_MARKS_MARGIN = timedelta(minutes=2)
 
 
 @dataclass

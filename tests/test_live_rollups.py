@@ -22,6 +22,7 @@ from app.charts import series_bucket
 from conftest import drop_store, new_store
 from dashboard_seed import stop_periodic_jobs, tiny_scenario
 from schema import jobs
+from schema.jobs import series
 from schema.queries import ops
 
 UTC = timezone.utc
@@ -30,13 +31,15 @@ B8, B10 = datetime(2026, 11, 2, 8), datetime(2026, 11, 2, 10)
 H9, H10 = datetime(2026, 11, 2, 9), B10
 
 
-@pytest.fixture(scope="module")
-def tiny():
+def _tiny_store():
     store = new_store()
     stop_periodic_jobs(store)
     tiny_scenario(store)
     yield store
     drop_store(store)
+
+
+tiny = pytest.fixture(scope="module", name="tiny")(_tiny_store)
 
 
 def _series(store, start=None, end=END, filters=None) -> pd.DataFrame:
@@ -144,20 +147,13 @@ def _late_row(store, hour: datetime, ttft: float, tokens: int) -> None:
                   tag="test")
 
 
-@pytest.fixture()
-def fresh():
-    store = new_store()
-    stop_periodic_jobs(store)
-    tiny_scenario(store)
-    yield store
-    drop_store(store)
-
+fresh = pytest.fixture(name="fresh")(_tiny_store)  # a store of its own: these tests merge and delete
 
 def test_a_merge_of_the_hours_keeps_the_block_and_new_rows_do_not(fresh, monkeypatch):
     """The fingerprint (summed requests and output tokens, migration 0440) survives OPTIMIZE FINAL of
     ops_engine_hours, which folds rows (0360's row count changed with it); a new row in the bucket does not."""
     store = fresh
-    monkeypatch.setattr(jobs, "SERIES_MARKS_MARGIN", timedelta(0))
+    monkeypatch.setattr(series, "SERIES_MARKS_MARGIN", timedelta(0))
     _late_row(store, H10, 2.0, 3)  # hour 10:00 of r1 in two parts now
     jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 13))
     _tamper(store, B10, 1, 9.0)  # a current version the series shows when it reads the block
@@ -186,7 +182,7 @@ def test_the_rollup_reads_only_buckets_that_can_have_changed(fresh, monkeypatch)
     the previous run (a late row for an old hour rewrites its block) and those that became complete; a
     block with neither is not looked at (a deleted one stays missing) until a run covers an earlier start."""
     store = fresh
-    monkeypatch.setattr(jobs, "SERIES_MARKS_MARGIN", timedelta(0))
+    monkeypatch.setattr(series, "SERIES_MARKS_MARGIN", timedelta(0))
     since, later = datetime(2026, 10, 20), datetime(2026, 11, 5)
     jobs.roll_up_series(store, start=since, end=datetime(2026, 11, 2, 11, 30))  # the first: every bucket
     assert list(_blocks(store)["block_start"].unique()) == [B8]

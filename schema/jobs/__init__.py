@@ -27,19 +27,18 @@ history rows are deleted as patch parts and scratch rows by partition (migration
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
 from schema.jobs.inline import explicit_queries, inline_views, view_ids, view_queries
 from schema.jobs.schedule import Chunk, Task, plan, run_plan
+from schema.jobs.series import SERIES_BLOCKS_S, roll_up_series  # noqa: F401 - the API
+from schema.jobs.sqlfiles import JOBS_DIR, split_statements, sql_statements  # noqa: F401 - the API
 
 log = logging.getLogger(__name__)
 
-JOBS_DIR = Path(__file__).parent
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
@@ -50,12 +49,6 @@ REFRESH_VIEWS = (
 DEFAULT_CHUNK = timedelta(days=1)
 # Statements at once (one client each): the machines we measure on have 2 cores.
 DEFAULT_WORKERS = 2
-# The live page's series buckets that get blocks (migration 0360): app.charts.series_bucket of the
-# 7-day and the 30-day range, seconds.
-SERIES_BLOCKS_S = (7200, 43200)
-# The next roll_up_series reads the marks (ops_series_marks, migration 0440) from this long before the
-# previous one started: inserts still being written then, and a server's clock ahead of this host's.
-SERIES_MARKS_MARGIN = timedelta(minutes=2)
 
 
 @dataclass
@@ -78,20 +71,6 @@ class JobRun:
 
 def _statements(name: str) -> list[str]:
     return sql_statements(JOBS_DIR / f"{name}.sql")
-
-
-def sql_statements(path: Path) -> list[str]:
-    """The statements of the ``.sql`` file at ``path``: split at ``;`` ending a line, comment lines dropped."""
-    return _split(Path(path).read_text())
-
-
-def _split(text: str) -> list[str]:
-    out = []
-    for part in re.split(r";[ \t]*(?:\n|$)", text):
-        body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
-        if body:
-            out.append(body)
-    return out
 
 
 def _minute(value: datetime, *, up: bool = False) -> datetime:
@@ -214,7 +193,7 @@ def _statement_texts(store, names: set[str]) -> dict[str, list[str]]:
         if texts is not None:
             return texts
     queries = explicit_queries(view_queries(store, views_sql))
-    texts = {name: [inline_views(statement, queries) for statement in _split(text)] for name, text in sources}
+    texts = {name: [inline_views(statement, queries) for statement in split_statements(text)] for name, text in sources}
     if key is not None:
         with _TEXTS_LOCK:
             if len(_TEXTS) >= _TEXTS_MAX:
@@ -372,65 +351,6 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     first = first.replace(tzinfo=None)
     roll_up(store, start=first, end=end)
     return first, end
-
-
-def _interval_start(value: datetime, seconds: int) -> datetime:
-    """ClickHouse's ``toStartOfInterval(value, toIntervalSecond(seconds))`` of a naive UTC datetime."""
-    epoch = int(value.replace(tzinfo=timezone.utc).timestamp())
-    return datetime.fromtimestamp(epoch - epoch % seconds, timezone.utc).replace(tzinfo=None)
-
-
-def roll_up_series(store, *, start: datetime, end: datetime) -> None:
-    """Write the live series' blocks (migrations 0360, 0440) of every size in :data:`SERIES_BLOCKS_S`
-    that lie in ``[start, end)`` (UTC, naive; a block counts when all its hours began before the hour
-    of ``end``) and that no block row names by the current fingerprint of its rows of
-    ``ops_engine_hours`` (summed requests and output tokens, which background merges keep;
-    ``run_series_blocks.sql``): the t-digest quantiles the live page's multi-day series shows per
-    bucket, fleet and per replica, computed by the page's own merge.
-
-    Only the buckets that can have changed since the newest call of the last 2 days whose range began
-    at or before this one's (``ops_series_runs``) are read: those with an hour that inserts (late rows
-    included) marked in ``ops_series_marks`` from :data:`SERIES_MARKS_MARGIN` before that call's start
-    on, and those that became complete since; with none, no block statement runs. Without such a call
-    every bucket of ``[start, end)`` is read. Insert-only; a current block is not written again.
-    Raises StoreError from the store."""
-    start, end = _minute(start), _minute(end)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    end_hour = end.replace(minute=0)
-    runs = store.query((JOBS_DIR / "series_runs.sql").read_text(), tag="jobs.series_blocks").result_rows
-    firsts = {seconds: _interval_start(start.replace(minute=0), seconds) for seconds in SERIES_BLOCKS_S}
-    last = {}  # block size -> (marks_from, complete_to) of the newest run covering this one's first bucket
-    for seconds, since, marks_from, complete_to in runs:
-        if seconds in firsts and since.replace(tzinfo=None) <= firsts[seconds]:
-            row = (marks_from.replace(tzinfo=None), complete_to.replace(tzinfo=None))
-            last[seconds] = max(last.get(seconds, row), row)
-    marked = []
-    if last:
-        marked = [r[0].replace(tzinfo=None) for r in store.query(
-            (JOBS_DIR / "series_marks.sql").read_text(), {"since": min(m for m, _ in last.values())},
-            tag="jobs.series_blocks").result_rows]
-    run_id = time.time_ns()
-    for seconds in SERIES_BLOCKS_S:
-        step = timedelta(seconds=seconds)
-        hours = []
-        if seconds in last:
-            marks_from, complete_to = last[seconds]
-            buckets = {_interval_start(h, seconds) for h in marked}  # marks_from of the other size may be older
-            bucket = _interval_start(complete_to, seconds)  # blocks ending after complete_to, complete by end
-            while bucket + step <= end_hour:
-                buckets.add(bucket)
-                bucket += step
-            hours = sorted(b + timedelta(hours=i) for b in buckets if firsts[seconds] <= b and b + step <= end_hour
-                           for i in range(seconds // 3600))
-            if not hours:
-                continue
-        for statement in _statements("run_series_blocks"):
-            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id,
-                                      "all": seconds not in last, "hours": hours}, tag="jobs.series_blocks")
-    # what this call covered, for the next: marks from a margin before its start are left to it
-    store.insert("ops_series_runs", [(seconds, firsts[seconds], now - SERIES_MARKS_MARGIN, end_hour)
-                                     for seconds in SERIES_BLOCKS_S],
-                 ["block_seconds", "since", "marks_from", "complete_to"], tag="jobs.series_blocks")
 
 
 class LateRecompute:

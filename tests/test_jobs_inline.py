@@ -118,26 +118,61 @@ def test_runner_sends_the_views_written_out(cstore, monkeypatch):
                          rows(cstore, history.format(table=table, key=", ".join(key)), {}, key), table)
 
 
-def test_runner_keeps_its_statements_until_a_view_changes(cstore, monkeypatch):
-    """The stored queries are read (system.tables.as_select) once per set of view definitions: a second
-    run reads only the views' UUIDs; a view replaced (new UUID) is read again and its new query runs."""
+def _count_inlining(monkeypatch) -> list[int]:
+    """Calls of the runner's inline_views from now on (one per statement written out)."""
+    calls = []
+    inline = jobs.inline_views
+
+    def counted(statement, queries, **kw):
+        calls.append(1)
+        return inline(statement, queries, **kw)
+
+    monkeypatch.setattr(jobs, "inline_views", counted)
+    return calls
+
+
+def test_runner_keeps_its_statements_until_a_view_or_a_file_changes(cstore, monkeypatch, tmp_path):
+    """One cache, keyed by the views' UUIDs and the .sql texts: a second run on an unchanged store reads
+    only the UUIDs and writes nothing out; a .sql file whose text changed is written out again and its
+    new text runs; a view replaced (new UUID) is read again and its new query runs."""
     scenario(cstore)
     window = {"start": at(0), "end": at(1200), "workers": 1}
     jobs.run_jobs(cstore, **window)
     tasks = "SELECT task_id, calls FROM tasks_history ORDER BY task_id"
     before = cstore.query(tasks, tag="test.inline").result_rows
     assert len(before) >= 3
-    sent = _record(monkeypatch, cstore, "query")
+    queried = _record(monkeypatch, cstore, "query")
+    sent = _record(monkeypatch, cstore, "command")
+    inlined = _count_inlining(monkeypatch)
     jobs.run_jobs(cstore, **window)
-    assert any("uuid" in s for s in sent) and not any("as_select" in s for s in sent)
+    assert any("uuid" in s for s in queried) and not any("as_select" in s for s in queried)
+    assert inlined == [] and cstore.query(tasks, tag="test.inline").result_rows == before
+    # the same files elsewhere (the key is their texts): still a hit
+    for path in JOBS_DIR.glob("*.sql"):
+        (tmp_path / path.name).write_text(path.read_text())
+    monkeypatch.setattr(jobs, "JOBS_DIR", tmp_path)
+    jobs.run_jobs(cstore, **window)
+    assert inlined == []
+    # run_tasks.sql's text changed: its statements go out with the new text
+    text = (tmp_path / "run_tasks.sql").read_text()
+    assert text.count("INSERT INTO tasks_history") == 1
+    (tmp_path / "run_tasks.sql").write_text(text.replace("INSERT INTO tasks_history", "INSERT /* v2 */ INTO tasks_history"))
+    queried.clear(), sent.clear()
+    jobs.run_jobs(cstore, **window)
+    assert inlined and any("as_select" in s for s in queried)
+    assert sum("INSERT /* v2 */ INTO tasks_history" in s for s in sent) == 1
     assert cstore.query(tasks, tag="test.inline").result_rows == before
+    # and kept again from the next run on
+    inlined.clear(), sent.clear()
+    jobs.run_jobs(cstore, **window)
+    assert inlined == [] and sum("/* v2 */" in s for s in sent) == 1
     stored = _queries(cstore)["job_tasks"]
     try:
         cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS SELECT * REPLACE (toUInt32(calls + 1000) AS calls) "
                        f"FROM ({stored})", tag="test.inline")
-        sent.clear()
+        queried.clear()
         jobs.run_jobs(cstore, **window)
-        assert any("as_select" in s for s in sent)
+        assert inlined and any("as_select" in s for s in queried)
         assert cstore.query(tasks, tag="test.inline").result_rows == [(t, n + 1000) for t, n in before]
     finally:
         cstore.command(f"CREATE OR REPLACE VIEW job_tasks AS {stored}", tag="test.inline")

@@ -22,6 +22,7 @@ from app.charts import series_bucket
 from conftest import drop_store, new_store
 from dashboard_seed import stop_periodic_jobs, tiny_scenario
 from schema import jobs
+from schema.jobs import series
 from schema.queries import ops
 
 UTC = timezone.utc
@@ -30,13 +31,15 @@ B8, B10 = datetime(2026, 11, 2, 8), datetime(2026, 11, 2, 10)
 H9, H10 = datetime(2026, 11, 2, 9), B10
 
 
-@pytest.fixture(scope="module")
-def tiny():
+def _tiny_store():
     store = new_store()
     stop_periodic_jobs(store)
     tiny_scenario(store)
     yield store
     drop_store(store)
+
+
+tiny = pytest.fixture(scope="module", name="tiny")(_tiny_store)
 
 
 def _series(store, start=None, end=END, filters=None) -> pd.DataFrame:
@@ -45,7 +48,7 @@ def _series(store, start=None, end=END, filters=None) -> pd.DataFrame:
 
 
 def _blocks(store) -> pd.DataFrame:
-    return store.query_df("SELECT block_start, replica, version, fp_rows, fp_requests, ttft_q, itl_p95_s, e2e_p95_s "
+    return store.query_df("SELECT block_start, replica, version, fp_rows, fp_requests, fp_output_tokens, ttft_q, itl_p95_s, e2e_p95_s "
                           "FROM ops_series_blocks WHERE block_seconds = 7200 ORDER BY block_start, version, replica",
                           tag="test")
 
@@ -54,10 +57,11 @@ def _tamper(store, block: datetime, version_step: int, ttft: float, fp_requests_
     """A newer version of ``block``'s rows with every TTFT quantile ``ttft`` (and a fingerprint off by
     ``fp_requests_step``): which version the reader takes shows in the series."""
     store.command("INSERT INTO ops_series_blocks SELECT block_start, block_seconds, version + {step:UInt64}, fp_rows, "
-                  "fp_requests + {fp:UInt64}, replica, [{q:Float32}, {q:Float32}, {q:Float32}], itl_p95_s, e2e_p95_s "
+                  "toUInt64(toInt64(fp_requests) + {fp:Int64}), fp_output_tokens, replica, "
+                  "[{q:Float32}, {q:Float32}, {q:Float32}], itl_p95_s, e2e_p95_s "
                   "FROM ops_series_blocks WHERE block_seconds = 7200 AND block_start = {b:DateTime} "
                   "AND version = (SELECT max(version) FROM ops_series_blocks WHERE block_seconds = 7200 "
-                  "AND block_start = {b:DateTime} AND fp_requests + {fp:UInt64} >= fp_requests)",
+                  "AND block_start = {b:DateTime})",
                   {"step": version_step, "fp": fp_requests_step, "q": ttft, "b": block}, tag="test")
 
 
@@ -97,8 +101,9 @@ def test_blocks_hold_the_pages_merge_and_the_series_reads_them(tiny):
     s = _series(store)
     assert list(s.loc[(B10, ""), "ttft_p50_s":"ttft_p99_s"]) == [9.0, 9.0, 9.0]
     assert s.loc[(B10, "r2"), "ttft_p95_s"] == 9.0 and s.loc[(B10, ""), "requests"] == 4  # sums from the hours
-    # a newer version whose fingerprint does not match the rows is never taken
-    _tamper(store, B10, 2, 7.0, fp_requests_step=1)
+    # a newer version whose fingerprint does not match the rows is never taken (one request fewer: the
+    # sums only grow, so these rows never have it)
+    _tamper(store, B10, 2, 7.0, fp_requests_step=-1)
     assert _series(store).loc[(B10, ""), "ttft_p95_s"] == 9.0
     # a bucket cut by the range is merged (7 days ending 10:30: the hour 11:00 of 10:00-12:00 is out),
     # and so is every bucket under a model filter
@@ -129,6 +134,76 @@ def test_a_late_call_makes_the_block_stale_until_rewritten(tiny):
     newest = ten[(ten["block_start"] == B10) & (ten["replica"] == "")].iloc[-1]
     assert newest["fp_requests"] == 5 and newest["ttft_q"][2] == pytest.approx(2.0)
     pd.testing.assert_series_equal(_series(store).loc[(B10, "")], merged, check_exact=True)
+
+
+def _late_row(store, hour: datetime, ttft: float, tokens: int) -> None:
+    """One more engine request of r1 in ``hour`` straight into ops_engine_hours (the key of the hour's r1
+    row: a second part a merge folds into it), TTFT ``ttft`` s, ``tokens`` output tokens."""
+    store.command("INSERT INTO ops_engine_hours (hour, replica, model, requests, output_tokens, errors, ttft_q, itl_q, "
+                  "e2e_q) SELECT {h:DateTime}, 'r1', any(model), 1, {t:UInt64}, 0, "
+                  "quantilesTDigestState(0.5, 0.95, 0.99)(toFloat64({q:Float64})), "
+                  "quantileTDigestState(0.95)(toFloat64(0.1)), quantileTDigestState(0.95)(toFloat64(4.0)) "
+                  "FROM ops_engine_hours WHERE requests > 0 AND replica = 'r1'", {"h": hour, "q": ttft, "t": tokens},
+                  tag="test")
+
+
+fresh = pytest.fixture(name="fresh")(_tiny_store)  # a store of its own: these tests merge and delete
+
+def test_a_merge_of_the_hours_keeps_the_block_and_new_rows_do_not(fresh, monkeypatch):
+    """The fingerprint (summed requests and output tokens, migration 0440) survives OPTIMIZE FINAL of
+    ops_engine_hours, which folds rows (0360's row count changed with it); a new row in the bucket does not."""
+    store = fresh
+    monkeypatch.setattr(series, "SERIES_MARKS_MARGIN", timedelta(0))
+    _late_row(store, H10, 2.0, 3)  # hour 10:00 of r1 in two parts now
+    jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 13))
+    _tamper(store, B10, 1, 9.0)  # a current version the series shows when it reads the block
+    count = "SELECT count() FROM ops_engine_hours WHERE hour = {h:DateTime}"
+    rows = store.scalar(count, {"h": H10}, tag="test")
+    written = len(_blocks(store))
+    assert _series(store).loc[(B10, ""), "ttft_p50_s"] == 9.0
+    store.command("OPTIMIZE TABLE ops_engine_hours FINAL", tag="test")
+    assert store.scalar(count, {"h": H10}, tag="test") == rows - 1  # the two r1 parts folded into one row
+    assert _series(store).loc[(B10, ""), "ttft_p50_s"] == 9.0  # still the block
+    jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 13))
+    assert len(_blocks(store)) == written  # not written again
+    # one more request in the bucket: the block is stale (the hours merged: 6 TTFTs, none 9 s) until rewritten
+    _late_row(store, H10, 2.0, 0)
+    s = _series(store).loc[(B10, "")]
+    assert s["requests"] == 6 and s["ttft_p99_s"] == pytest.approx(2.0)
+    jobs.roll_up_series(store, start=datetime(2026, 10, 20), end=datetime(2026, 11, 2, 13))
+    ten = _blocks(store)
+    newest = ten[(ten["block_start"] == B10) & (ten["replica"] == "")].iloc[-1]
+    assert (newest["fp_requests"], newest["ttft_q"][2]) == (6, pytest.approx(2.0))
+    pd.testing.assert_series_equal(_series(store).loc[(B10, "")], s, check_exact=True)
+
+
+def test_the_rollup_reads_only_buckets_that_can_have_changed(fresh, monkeypatch):
+    """After a first run over the whole range, a run reads the buckets with hours marked by inserts since
+    the previous run (a late row for an old hour rewrites its block) and those that became complete; a
+    block with neither is not looked at (a deleted one stays missing) until a run covers an earlier start."""
+    store = fresh
+    monkeypatch.setattr(series, "SERIES_MARKS_MARGIN", timedelta(0))
+    since, later = datetime(2026, 10, 20), datetime(2026, 11, 5)
+    jobs.roll_up_series(store, start=since, end=datetime(2026, 11, 2, 11, 30))  # the first: every bucket
+    assert list(_blocks(store)["block_start"].unique()) == [B8]
+    jobs.roll_up_series(store, start=since, end=later)  # 10:00-12:00 became complete
+    assert list(_blocks(store)["block_start"].unique()) == [B8, B10]
+    twelve = "SELECT count() FROM ops_series_blocks WHERE block_seconds = 43200"
+    assert store.scalar(twelve, tag="test") == 3  # 00:00-12:00: fleet, r1, r2
+    store.command("DELETE FROM ops_series_blocks WHERE block_start = {b:DateTime}", {"b": B10}, tag="test")
+    # a late row for the hour 09:00, days after its bucket was complete: its blocks are written again
+    _late_row(store, H9, 2.0, 7)
+    late = _series(store).loc[(B8, "")]
+    jobs.roll_up_series(store, start=since, end=later)
+    blocks = _blocks(store)
+    assert list(blocks["block_start"].unique()) == [B8]  # B10: no insert since, not newly complete
+    eight = blocks[(blocks["block_start"] == B8) & (blocks["replica"] == "")]
+    assert list(eight["fp_requests"]) == [1, 2] and list(eight["fp_output_tokens"]) == [10, 17]
+    assert store.scalar(twelve, tag="test") == 6  # 00:00-12:00 again
+    pd.testing.assert_series_equal(_series(store).loc[(B8, "")], late, check_exact=True)
+    # a run reaching back further than any before reads every bucket
+    jobs.roll_up_series(store, start=since - timedelta(days=1), end=later)
+    assert list(_blocks(store)["block_start"].unique()) == [B8, B10]
 
 
 def _waiting(store, end: datetime) -> dict:

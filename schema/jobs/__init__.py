@@ -27,19 +27,18 @@ history rows are deleted as patch parts and scratch rows by partition (migration
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 
-from schema.jobs.inline import inline_views, runner_queries
+from schema.jobs.inline import explicit_queries, inline_views, view_ids, view_queries
 from schema.jobs.schedule import Chunk, Task, plan, run_plan
+from schema.jobs.series import SERIES_BLOCKS_S, roll_up_series  # noqa: F401 - the API
+from schema.jobs.sqlfiles import JOBS_DIR, split_statements, sql_statements  # noqa: F401 - the API
 
 log = logging.getLogger(__name__)
 
-JOBS_DIR = Path(__file__).parent
 # The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
@@ -50,9 +49,6 @@ REFRESH_VIEWS = (
 DEFAULT_CHUNK = timedelta(days=1)
 # Statements at once (one client each): the machines we measure on have 2 cores.
 DEFAULT_WORKERS = 2
-# The live page's series buckets that get blocks (migration 0360): app.charts.series_bucket of the
-# 7-day and the 30-day range, seconds.
-SERIES_BLOCKS_S = (7200, 43200)
 
 
 @dataclass
@@ -75,17 +71,6 @@ class JobRun:
 
 def _statements(name: str) -> list[str]:
     return sql_statements(JOBS_DIR / f"{name}.sql")
-
-
-def sql_statements(path: Path) -> list[str]:
-    """The statements of the ``.sql`` file at ``path``: split at ``;`` ending a line, comment lines dropped."""
-    text = Path(path).read_text()
-    out = []
-    for part in re.split(r";[ \t]*(?:\n|$)", text):
-        body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
-        if body:
-            out.append(body)
-    return out
 
 
 def _minute(value: datetime, *, up: bool = False) -> datetime:
@@ -180,24 +165,38 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     return result
 
 
+# The runner's statements written out (_statement_texts), one entry per (view UUIDs, .sql texts).
 _TEXTS: dict[tuple, dict[str, list[str]]] = {}
 _TEXTS_LOCK = threading.Lock()
+_TEXTS_MAX = 16  # distinct (definitions, files) held per process; cleared whole when full
 
 
 def _statement_texts(store, names: set[str]) -> dict[str, list[str]]:
-    """The statements of the ``.sql`` files ``names`` with the job views written out, kept per set of
-    view definitions (:func:`schema.jobs.inline.runner_queries`) and file texts: writing them out took
-    ~19 ms a run."""
-    queries = runner_queries(store, (JOBS_DIR / "job_view_ids.sql").read_text(),
-                             (JOBS_DIR / "job_views.sql").read_text())
+    """The statements of the ``.sql`` files ``names`` with the job views written out
+    (:func:`schema.jobs.inline.inline_views` of :func:`~schema.jobs.inline.explicit_queries`), kept in one
+    cache per process keyed by what decides them: the views' table UUIDs
+    (:func:`~schema.jobs.inline.view_ids`, one ~8 ms query a run) and the texts of the files (``names``
+    and ``job_views.sql``, read each run: ~0.1 ms). A hit reads no stored query and writes nothing out
+    (reading and formatting the stored queries 37-83 ms, writing them in ~19 ms a run on chDB's engine
+    26.9). Without UUIDs (an Ordinary database) nothing is kept.
+
+    Returns:
+        file name -> its statements; do not modify (shared between runs).
+    """
+    views_sql = (JOBS_DIR / "job_views.sql").read_text()
     sources = tuple(sorted((name, (JOBS_DIR / f"{name}.sql").read_text()) for name in names))
-    key = (tuple(sorted(queries.items())), sources)
-    with _TEXTS_LOCK:
-        texts = _TEXTS.get(key)
-    if texts is None:
-        texts = {name: [inline_views(statement, queries) for statement in _statements(name)] for name in names}
+    ids = view_ids(store, (JOBS_DIR / "job_view_ids.sql").read_text())
+    key = None if ids is None else (ids, views_sql, sources)
+    if key is not None:
         with _TEXTS_LOCK:
-            if len(_TEXTS) >= 16:
+            texts = _TEXTS.get(key)
+        if texts is not None:
+            return texts
+    queries = explicit_queries(view_queries(store, views_sql))
+    texts = {name: [inline_views(statement, queries) for statement in split_statements(text)] for name, text in sources}
+    if key is not None:
+        with _TEXTS_LOCK:
+            if len(_TEXTS) >= _TEXTS_MAX:
                 _TEXTS.clear()
             _TEXTS[key] = texts
     return texts
@@ -352,20 +351,6 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     first = first.replace(tzinfo=None)
     roll_up(store, start=first, end=end)
     return first, end
-
-
-def roll_up_series(store, *, start: datetime, end: datetime) -> None:
-    """Write the live series' blocks (migration 0360) of every size in :data:`SERIES_BLOCKS_S` that
-    lie in ``[start, end)`` (UTC; a block counts when all its hours began before the hour of
-    ``end``) and that no block row names by the current fingerprint of its rows of
-    ``ops_engine_hours`` (``run_series_blocks.sql``): the t-digest quantiles the live page's
-    multi-day series shows per bucket, fleet and per replica, computed by the page's own merge.
-    Insert-only; a current block is not written again. Raises StoreError from the store."""
-    run_id = time.time_ns()
-    for seconds in SERIES_BLOCKS_S:
-        for statement in _statements("run_series_blocks"):
-            store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id},
-                          tag="jobs.series_blocks")
 
 
 class LateRecompute:

@@ -31,7 +31,6 @@ the periodic arms").
 from __future__ import annotations
 
 import re
-import threading
 
 # Views the runner's statements read, directly or through another of them (identifiers: an allow-list).
 JOB_VIEWS = (
@@ -130,32 +129,20 @@ def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
 
 
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-_KEPT: dict[tuple, dict[str, str]] = {}
-_KEPT_LOCK = threading.Lock()
-_KEPT_MAX = 16  # distinct (store, definitions) pairs held per process
 
 
-def runner_queries(store, ids_sql: str, queries_sql: str) -> dict[str, str]:
-    """:func:`explicit_queries` of :func:`view_queries` (``queries_sql``: ``job_views.sql``), read again
-    only when a view's definition changed: kept per set of the views' table UUIDs (``ids_sql``:
-    ``job_view_ids.sql``), which CREATE OR REPLACE and DROP + CREATE change (a View takes no MODIFY
-    QUERY). Formatting the stored queries (``system.tables.as_select``) took 37-83 ms a run on chDB's
-    engine 26.9 (the UUIDs: ~8 ms). Without UUIDs (an Ordinary database) nothing is kept.
+def view_ids(store, ids_sql: str) -> tuple[tuple[str, str], ...] | None:
+    """The table UUIDs of :data:`JOB_VIEWS` and :data:`PLAIN_VIEWS` in ``store``'s database, sorted
+    ``((name, uuid), ...)``, from ``ids_sql`` (``job_view_ids.sql``; ~8 ms on chDB's engine 26.9, against
+    37-83 ms for formatting the stored queries): a view's definition changes only with a new UUID
+    (CREATE OR REPLACE, DROP + CREATE; a View takes no MODIFY QUERY), so the runner keeps what it wrote
+    out of the views while these are the same (:func:`schema.jobs._statement_texts`).
 
     Returns:
-        view name -> query text, as :func:`explicit_queries`; do not modify (shared between runs).
+        The pairs, or None when they identify nothing (no view, or an Ordinary database's zero UUIDs).
     """
-    names = list(JOB_VIEWS + PLAIN_VIEWS)
-    rows = store.query(ids_sql, {"names": names}, tag="jobs.views").result_rows
+    rows = store.query(ids_sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
     key = tuple(sorted((str(name), str(uuid)) for name, uuid in rows))
-    if not rows or any(uuid == _ZERO_UUID for _, uuid in key):
-        return explicit_queries(view_queries(store, queries_sql))
-    with _KEPT_LOCK:
-        kept = _KEPT.get(key)
-    if kept is None:
-        kept = explicit_queries(view_queries(store, queries_sql))
-        with _KEPT_LOCK:
-            if len(_KEPT) >= _KEPT_MAX:
-                _KEPT.clear()
-            _KEPT[key] = kept
-    return kept
+    if not key or any(uuid == _ZERO_UUID for _, uuid in key):
+        return None
+    return key

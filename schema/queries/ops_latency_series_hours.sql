@@ -4,8 +4,9 @@
 -- columns as ops_latency_series.sql (errors / attempts: the gateway's view where it routed).
 -- A bucket wholly inside the range takes its quantiles from its block (migration 0360, written by
 -- the rollup step: the same merge of the same rows) while the bucket's rows still have the block's
--- fingerprint (count, summed requests) and no model filter applies; every other bucket merges its
--- hours' t-digest states here. The sums of every bucket are read from the hours.
+-- fingerprint (summed requests and output tokens, migration 0440: a background merge keeps both) and no
+-- model filter applies; every other bucket merges its hours' t-digest states here. The sums of every
+-- bucket are read from the hours.
 WITH
     -- [(bucket, version)] of the buckets wholly inside the range whose newest block is current: a
     -- scalar, computed once (a CTE is inlined, and run, at each of its three references)
@@ -15,8 +16,9 @@ WITH
         WHERE {model:String} = '' AND b.block_seconds = {bucket_s:UInt32} AND b.replica = ''
           AND b.block_start >= toStartOfHour({start:DateTime64(3)})
           AND b.block_start + toIntervalSecond({bucket_s:UInt32} - 3600) < {end:DateTime64(3)}
-          AND (b.block_start, b.fp_rows, b.fp_requests) IN (
-              SELECT toStartOfInterval(h.hour, toIntervalSecond({bucket_s:UInt32})) AS fb, count(), sum(h.requests)
+          AND (b.block_start, b.fp_requests, b.fp_output_tokens) IN (
+              SELECT toStartOfInterval(h.hour, toIntervalSecond({bucket_s:UInt32})) AS fb, sum(h.requests),
+                     sum(h.output_tokens)
               FROM ops_engine_hours AS h
               WHERE {model:String} = '' AND h.hour >= toStartOfHour({start:DateTime64(3)})
                 AND h.hour < {end:DateTime64(3)}

@@ -28,16 +28,18 @@ def relative_speed(fs: FleetSeries, replica: str, window: range) -> float | None
 
 
 def speed_evidence(fs: FleetSeries, replica: str, cfg: DegradationConfig) -> tuple[float | None, range, str, int]:
-    """The replica's speed figure, the buckets it was judged on, how, and on how many calls: ``("window", ...)`` when the
-    rule's window holds a bucket with a figure (:func:`relative_speed`: mean weighted by calls); else
-    ``"widened"``: the window widened back, a bucket at a time up to ``widen_s``, until it holds
-    ``min_calls`` calls with a figure (``FleetSeries.thin_ratios``: buckets of fewer than
-    ``SeriesConfig.min_samples`` calls count; a bucket beyond the window counts only the calls still
-    missing, so the newest calls are judged, not an older busier minute), judged on the call-weighted
-    median of the buckets' figures (robust to one odd call among a few); ``"unknown"`` (None) when even
-    that is too few. Absence of evidence is no
-    evidence of health: a replica with 3 calls a minute is judged on its last 2 minutes' 6 calls, not
-    cleared for want of 5 in each minute (DegradationConfig)."""
+    """The replica's speed figure, the buckets it was judged on, how, and on how many calls.
+
+    ``"window"`` when the rule's window holds a bucket with a figure (:func:`relative_speed`: mean
+    weighted by calls). Else ``"widened"``: the window widened back, a bucket at a time up to
+    ``widen_s``, until it holds ``min_calls`` calls with a figure (``FleetSeries.thin_ratios``: buckets
+    of fewer than ``SeriesConfig.min_samples`` calls count; a bucket beyond the window counts only the
+    calls still missing, so the newest calls are judged, not an older busier minute), judged on the
+    call-weighted median of the buckets' figures (robust to one odd call among a few). ``"unknown"``
+    (None) when even that is too few. Absence of evidence is no evidence of health: a replica with 3
+    calls a minute is judged on its last 2 minutes' 6 calls, not cleared for want of 5 in each minute
+    (DegradationConfig).
+    """
     window = fs.window(cfg.window_s)
     speed = relative_speed(fs, replica, window)
     if speed is not None:
@@ -167,8 +169,8 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
             # it serves, but too few calls even over widen_s to judge its speed: no evidence either
             # way, so an active alert keeps its last evidence (no-data state, issue 15) instead of clearing
             out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
-                              f"{replica_label(name)}: too few calls in {len(judged_on) * fs.bucket_s}s-"
-                              f"{cfg.widen_s}s to judge its speed (last evidence kept)",
+                              f"{replica_label(name)}: {judged_calls} call(s) with a speed figure in the last "
+                              f"{cfg.widen_s}s, too few ({cfg.min_calls}) to judge its speed (last evidence kept)",
                               figures, replica=name, labels={"replica": name}, no_data=True))
             continue
         if slow or error_jump or abandon:
@@ -199,7 +201,7 @@ def _degradation_summary(name: str, f: dict, slow: bool, error_jump: bool, cfg: 
         return f"{replica_label(name)}: too few calls to compare its speed"
     against = "its GPU type's median" if f["peers"] == "same_gpu_type" else "its own recent baseline, net of the fleet's change"
     over = (f"last {cfg.window_s}s" if f.get("speed_judged") != "widened" else
-            f"its last {f['speed_calls']} calls, over {f['speed_window_s']}s: too few in the last {cfg.window_s}s")
+            f"its last {f['speed_calls']} calls over {f['speed_window_s']}s, pooled: too few a minute to judge each")
     return (f"{replica_label(name)} runs its own work {f['ratio']:.2f}x slower than {against}: decode "
             f"{(f['itl_p50_s'] or 0) * 1000:.1f} ms/token, prefill {(f['prefill_s_per_token'] or 0) * 1e6:.1f} "
             f"us/prompt token ({over})")

@@ -142,7 +142,7 @@ def test_slow_replica_with_few_calls_fires_and_healthy_sparse_one_does_not(store
     r2 = out["r2"]
     assert r2.level is Level.FIRE and r2.figures["ratio"] == pytest.approx(3.0)
     assert (r2.figures["speed_judged"], r2.figures["speed_calls"], r2.figures["speed_window_s"]) == ("widened", 7, 120)
-    assert "3.00x slower than its own recent baseline" in r2.summary and "its last 7 calls" in r2.summary
+    assert "3.00x slower than its own recent baseline" in r2.summary and "(its last 7 calls over 120s, pooled: " in r2.summary
     # r5 in (10:30, 11:30]: 10:50 (3x) and 11:20 -> median of two = the upper (ClickHouse quantileExact),
     # 3.0, weight 2; (09:30, 10:30]: 09:50, 10:20 -> 1.0, weight 2; (08:30, 09:30]: 08:50, 09:20 -> 1.0,
     # 1 of its 2 calls still needed. Call-weighted median of 3.0 x 2, 1.0 x 3 = 1.0 (the mean, 1.8,

@@ -243,7 +243,7 @@ def test_degradation_on_too_few_calls_keeps_an_active_alert_without_clearing_it(
     r3 = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg, {"r3": {}})}["r3"]
     assert r3.level is Level.HOLD and r3.no_data and r3.figures["ratio"] is None
     assert (r3.figures["speed_judged"], r3.figures["speed_calls"]) == ("unknown", 4)
-    assert "too few calls in 120s-360s to judge its speed" in r3.summary
+    assert "4 call(s) with a speed figure in the last 360s, too few (5) to judge its speed" in r3.summary
     idle = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg)}["r3"]
     assert idle.level is Level.CLEAR and not idle.no_data
     # a 5th call, in bucket 6 (a busy healthy bucket, 1.0 as the others) is beyond widen_s: still unknown;

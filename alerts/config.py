@@ -37,6 +37,17 @@ class DegradationConfig:
     ``ratio`` (1.5x, issue 7); otherwise the ratio is divided by the replica's own baseline (median of
     its older buckets, at least ``baseline_buckets`` of them, frozen while the alert is active) and that
     quotient must reach ``ratio``. ``clear_ratio`` 1.2: the hysteresis band.
+    Few calls: a bucket's figure needs ``SeriesConfig.min_samples`` calls, so a replica given 2-4 calls
+    a minute (light load, or a slow replica a least-loaded gateway sends less) often has none in the
+    window. Absence of evidence is no evidence of health: the window is then widened back, a bucket at
+    a time up to ``widen_s`` (6 min: three windows, so evidence is at most that stale), until it holds
+    ``min_calls`` (5, as one bucket's figure) calls, judged on their call-weighted median
+    (alerts/rules_replica.py ``speed_evidence``). Measured: the demo's live incident on replica-2 went
+    pending at 2.74x and was cancelled 30-45 s later as "too few calls to compare its speed" when the
+    window was judged alone (option weighed: HOLD on an unknown speed keeping a pending clock running
+    would fire on a minute-old reading with nothing newer to back it; widening judges every verdict on
+    real calls). Still too few over ``widen_s``: an active alert holds in the no-data state (its last
+    evidence kept), as without engine spans; no alert starts.
     Errors: failed attempts (error_class upstream_error or timeout of gateway attempts on it, engine
     finish 'error') / attempts >= ``error_rate_min`` (5%) and >= ``error_ratio`` (3x) the others'
     median (floored at ``error_floor``, 1%), with at least ``min_errors``; clears below ``error_clear``.
@@ -61,6 +72,8 @@ class DegradationConfig:
     error_clear: float = 0.02
     min_errors: int = 3
     min_attempts: int = 10
+    widen_s: int = 360
+    min_calls: int = 5
     abandon_rate_min: float = 0.5
     answered_ratio: float = 3.0
     abandon_load_ratio: float = 1.3

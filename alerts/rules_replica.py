@@ -14,7 +14,7 @@ from typing import Any
 
 from alerts.config import DegradationConfig, ReplicaDownConfig, TelemetryConfig
 from alerts.model import RULE_DEGRADATION, RULE_DOWN, RULE_TELEMETRY, Level, Signal, replica_label
-from alerts.series import FleetSeries, ReplicaSeries, weighted
+from alerts.series import FleetSeries, ReplicaSeries, weighted, weighted_median
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -25,6 +25,35 @@ def relative_speed(fs: FleetSeries, replica: str, window: range) -> float | None
     """The replica's speed ratio over ``window`` (alerts.series: against its GPU type, or against its
     own baseline net of the fleet's change), weighted by calls; None without figures."""
     return weighted(fs.ratios[replica], fs.replicas[replica].values["requests"], window)
+
+
+def speed_evidence(fs: FleetSeries, replica: str, cfg: DegradationConfig) -> tuple[float | None, range, str, int]:
+    """The replica's speed figure, the buckets it was judged on, how, and on how many calls.
+
+    ``"window"`` when the rule's window holds a bucket with a figure (:func:`relative_speed`: mean
+    weighted by calls). Else ``"widened"``: the window widened back, a bucket at a time up to
+    ``widen_s``, until it holds ``min_calls`` calls with a figure (``FleetSeries.thin_ratios``: buckets
+    of fewer than ``SeriesConfig.min_samples`` calls count; a bucket beyond the window counts only the
+    calls still missing, so the newest calls are judged, not an older busier minute), judged on the
+    call-weighted median of the buckets' figures (robust to one odd call among a few). ``"unknown"``
+    (None) when even that is too few. Absence of evidence is no evidence of health: a replica with 3
+    calls a minute is judged on its last 2 minutes' 6 calls, not cleared for want of 5 in each minute
+    (DegradationConfig).
+    """
+    window = fs.window(cfg.window_s)
+    speed = relative_speed(fs, replica, window)
+    if speed is not None:
+        return speed, window, "window", int(fs.replicas[replica].total("requests", window))
+    thin, calls = fs.thin_ratios[replica], fs.replicas[replica].values["requests"]
+    weights: list[float | None] = [0.0] * fs.n
+    counted = 0.0
+    for b in range(min(fs.n, max(window.stop, fs.window(cfg.widen_s).stop))):
+        if thin[b] is not None:  # the newest calls only: an older, busier bucket counts for what is missing
+            weights[b] = min(calls[b] or 0.0, cfg.min_calls - counted) if b >= window.stop else (calls[b] or 0.0)
+            counted += weights[b]
+        if b + 1 >= window.stop and counted >= cfg.min_calls:
+            return weighted_median(thin, weights, range(b + 1)), range(b + 1), "widened", int(counted)
+    return None, window, "unknown", int(counted)
 
 
 def failure_rate(rep: ReplicaSeries, window: range) -> tuple[float, int, int]:
@@ -83,11 +112,13 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
     """Verdicts per replica. ``active``: replicas with an active degradation alert (one without data
     gets a no-data signal; the evaluator froze their baselines into ``fs``).
 
-    FIRE: speed figure (:func:`relative_speed`) >= ``ratio``, or failure rate >= ``error_rate_min`` and
-    >= ``error_ratio`` x max(others' median, ``error_floor``) with >= ``min_errors`` failures, or (speed
-    unknown) clients giving up on its attempts far more than on the others' (:func:`_abandon_jump`). CLEAR:
-    speed figure < ``clear_ratio`` (or unknown) and failures below ``error_clear`` or no longer standing
-    out. HOLD otherwise.
+    FIRE: speed figure (:func:`speed_evidence`: over the window, else widened back to enough calls) >=
+    ``ratio``, or failure rate >= ``error_rate_min`` and >= ``error_ratio`` x max(others' median,
+    ``error_floor``) with >= ``min_errors`` failures, or (no speed figure in the window) clients giving up
+    on its attempts far more than on the others' (:func:`_abandon_jump`). CLEAR: speed figure <
+    ``clear_ratio`` and failures below ``error_clear`` or no longer standing out; an unknown speed clears
+    only a replica without an active alert (with one: HOLD, no-data state, last evidence kept). HOLD
+    otherwise.
     """
     active = active or {}
     window = fs.window(cfg.window_s)
@@ -95,7 +126,7 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
     out = []
     for name in sorted(fs.replicas):
         rep = fs.replicas[name]
-        speed = relative_speed(fs, name, window)
+        speed, judged_on, how, judged_calls = speed_evidence(fs, name, cfg)
         base = fs.baselines.get(name) or {}
         rate, failed, attempts = rates[name]
         others = [r for o, (r, _, a) in rates.items() if o != name and a >= cfg.min_attempts]
@@ -103,11 +134,12 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
         figures: dict[str, Any] = {
             "window_s": cfg.window_s, "peers": fs.peers.get(name, "fleet"), "gpu_type": rep.gpu_type,
             "requests": int(rep.total("requests", window)), "attempts": attempts,
-            "ratio": _r(speed), "baseline_itl_s": _r(base.get("itl_p50_s"), 6),
+            "ratio": _r(speed), "speed_window_s": len(judged_on) * fs.bucket_s,
+            "speed_calls": judged_calls, "speed_judged": how, "baseline_itl_s": _r(base.get("itl_p50_s"), 6),
             "baseline_prefill_s_per_token": _r(base.get("prefill_tok_p50_s"), 8),
-            "itl_p50_s": _r(weighted(rep.values["itl_p50_s"], rep.values["itl_samples"], window), 5),
+            "itl_p50_s": _r(weighted(rep.values["itl_p50_s"], rep.values["itl_samples"], judged_on), 5),
             "prefill_s_per_token": _r(weighted(rep.values["prefill_tok_p50_s"], rep.values["prefill_samples"],
-                                               window), 7),
+                                               judged_on), 7),
             "error_rate": _r(rate, 4), "errors": failed, "others_median_error_rate": _r(others_rate, 4),
         }
         error_jump = (attempts >= cfg.min_attempts and failed >= cfg.min_errors and rate >= cfg.error_rate_min
@@ -115,7 +147,7 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
                       and _sustained(rep, window, cfg.error_rate_min))
         # speed unknown (too few engine spans: aborted requests export none): judge by the work clients
         # gave up on there against the other replicas
-        abandon = _abandon_jump(fs, name, window, cfg) if speed is None else None
+        abandon = _abandon_jump(fs, name, window, cfg) if how != "window" else None
         if abandon:
             figures.update(abandon)
         if not rep.total("requests", window) and not error_jump and not abandon:
@@ -132,10 +164,18 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
                                   labels={"replica": name}))
             continue
         slow = speed is not None and speed >= cfg.ratio
+        failures_low = rate < cfg.error_clear or rate < cfg.error_ratio / 2 * max(others_rate, cfg.error_floor)
+        if speed is None and failures_low and not error_jump and not abandon and name in active:
+            # it serves, but too few calls even over widen_s to judge its speed: no evidence either
+            # way, so an active alert keeps its last evidence (no-data state, issue 15) instead of clearing
+            out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
+                              f"{replica_label(name)}: {judged_calls} call(s) with a speed figure in the last "
+                              f"{cfg.widen_s}s, too few ({cfg.min_calls}) to judge its speed (last evidence kept)",
+                              figures, replica=name, labels={"replica": name}, no_data=True))
+            continue
         if slow or error_jump or abandon:
             level = Level.FIRE
-        elif (speed is None or speed < cfg.clear_ratio) and (
-                rate < cfg.error_clear or rate < cfg.error_ratio / 2 * max(others_rate, cfg.error_floor)):
+        elif (speed is None or speed < cfg.clear_ratio) and failures_low:
             level = Level.CLEAR
         else:
             level = Level.HOLD
@@ -160,9 +200,11 @@ def _degradation_summary(name: str, f: dict, slow: bool, error_jump: bool, cfg: 
     if f["ratio"] is None:
         return f"{replica_label(name)}: too few calls to compare its speed"
     against = "its GPU type's median" if f["peers"] == "same_gpu_type" else "its own recent baseline, net of the fleet's change"
+    over = (f"last {cfg.window_s}s" if f.get("speed_judged") != "widened" else
+            f"its last {f['speed_calls']} calls over {f['speed_window_s']}s, pooled: too few a minute to judge each")
     return (f"{replica_label(name)} runs its own work {f['ratio']:.2f}x slower than {against}: decode "
             f"{(f['itl_p50_s'] or 0) * 1000:.1f} ms/token, prefill {(f['prefill_s_per_token'] or 0) * 1e6:.1f} "
-            f"us/prompt token (last {cfg.window_s}s)")
+            f"us/prompt token ({over})")
 
 
 def down_from_series(fs: FleetSeries, cfg: ReplicaDownConfig) -> list[Signal]:

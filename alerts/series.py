@@ -78,6 +78,9 @@ class FleetSeries:
     replicas: dict[str, ReplicaSeries]
     fleet: dict[str, list[float]]
     ratios: dict[str, list[float | None]] = field(default_factory=dict)  # speed_ratio per replica
+    # the same, also where the replica has 1 .. min_samples - 1 calls of its own in the bucket (the
+    # reference as strict): pooled over buckets by the degradation rule when its window has too few calls
+    thin_ratios: dict[str, list[float | None]] = field(default_factory=dict)
     peers: dict[str, str] = field(default_factory=dict)  # replica -> "same_gpu_type" | "own_baseline"
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # replica -> metric -> own baseline
 
@@ -156,31 +159,57 @@ def _speed_ratios(s: FleetSeries, min_samples: int, min_same_type_peers: int,
         same = [o for o in names if o != name and rep.gpu_type and s.replicas[o].gpu_type == rep.gpu_type]
         by_type = len(same) >= min_same_type_peers
         s.peers[name] = "same_gpu_type" if by_type else "own_baseline"
-        ratios: list[float | None] = []
-        for b in range(s.n):
-            parts = []
-            for metric, samples in METRICS:
-                mine = rep.get(metric, b)
-                if not mine or (rep.get(samples, b) or 0) < min_samples:
-                    continue
-                if by_type:  # against the median of its GPU type in this bucket, itself included
-                    ref = [s.replicas[o].get(metric, b) for o in [name] + same
-                           if (s.replicas[o].get(samples, b) or 0) >= min_samples and s.replicas[o].get(metric, b)]
-                    if ref and median(ref) > 0:
-                        parts.append(mine / median(ref))
-                    continue
-                # against its own baseline, discounting what moved the whole fleet in this bucket: the
-                # median of the other replicas' own changes (each against its own baseline, so which
-                # replicas happen to have calls in a sparse bucket does not matter)
-                base = s.baselines[name].get(metric)
-                if not base:
-                    continue
-                changes = [s.replicas[o].get(metric, b) / s.baselines[o][metric] for o in names
-                           if o != name and s.baselines[o].get(metric) and s.replicas[o].get(metric, b)
-                           and (s.replicas[o].get(samples, b) or 0) >= min_samples]
-                parts.append(mine / base / (median(changes) if changes else 1.0))
-            ratios.append(min(parts) if parts else None)
-        s.ratios[name] = ratios
+        s.ratios[name] = [_bucket_ratio(s, name, b, min_samples, min_samples, same if by_type else None)
+                          for b in range(s.n)]
+        s.thin_ratios[name] = [r if r is not None else _bucket_ratio(s, name, b, 1, min_samples,
+                                                                     same if by_type else None)
+                               for b, r in enumerate(s.ratios[name])]
+
+
+def _bucket_ratio(s: FleetSeries, name: str, b: int, min_own: int, min_samples: int,
+                  same: list[str] | None) -> float | None:
+    """``name``'s speed ratio in bucket ``b`` (module doc), its own figure from >= ``min_own`` calls, the
+    reference's from peers with >= ``min_samples``; ``same``: its same-type peers (None: own baseline).
+    A thin figure (``min_own`` < ``min_samples``) against its own baseline needs the fleet's change
+    measured in that bucket (without it an overloaded fleet's few calls would read as a slow replica)."""
+    rep = s.replicas[name]
+    parts = []
+    for metric, samples in METRICS:
+        mine = rep.get(metric, b)
+        if not mine or (rep.get(samples, b) or 0) < min_own:
+            continue
+        if same is not None:  # against the median of its GPU type in this bucket, itself included
+            ref = [s.replicas[o].get(metric, b) for o in [name] + same
+                   if (s.replicas[o].get(samples, b) or 0) >= min_samples and s.replicas[o].get(metric, b)]
+            if ref and median(ref) > 0:
+                parts.append(mine / median(ref))
+            continue
+        # against its own baseline, discounting what moved the whole fleet in this bucket: the
+        # median of the other replicas' own changes (each against its own baseline, so which
+        # replicas happen to have calls in a sparse bucket does not matter)
+        base = s.baselines[name].get(metric)
+        if not base:
+            continue
+        changes = [s.replicas[o].get(metric, b) / s.baselines[o][metric] for o in sorted(s.replicas)
+                   if o != name and s.baselines[o].get(metric) and s.replicas[o].get(metric, b)
+                   and (s.replicas[o].get(samples, b) or 0) >= min_samples]
+        if not changes and min_own < min_samples:
+            continue
+        parts.append(mine / base / (median(changes) if changes else 1.0))
+    return min(parts) if parts else None
+
+
+def weighted_median(values: list[float | None], weights: list[float | None], buckets: range) -> float | None:
+    """The median of ``values`` over ``buckets``, each value counted ``weights`` times (the lower middle
+    value at an even total; None values and zero weights skipped); None without any."""
+    pairs = sorted((values[b], weights[b]) for b in buckets if values[b] is not None and (weights[b] or 0) > 0)
+    total = sum(w for _, w in pairs)
+    seen = 0.0
+    for v, w in pairs:
+        seen += w
+        if seen >= total / 2:
+            return v
+    return None
 
 
 def weighted(values: list[float | None], weights: list[float | None], buckets: range) -> float | None:

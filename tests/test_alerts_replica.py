@@ -85,3 +85,69 @@ def test_no_history_no_verdict(rule):
         assert rules_replica.down_from_series(fs, AlertConfig().down)[0].level is Level.FIRE
     else:
         assert all(s.level is Level.CLEAR for s in rules_replica.telemetry_from_series(fs, AlertConfig().telemetry))
+
+
+def _sparse_fleet(store):
+    """The demo's live incident, by hand (engine spans as the ingest lands them, no GPU type: every
+    replica judged against its own baseline, as the demo's replica-2, an A100 with one A100 peer).
+    r1, r3, r4: 6 calls a minute (ending at :05, :15 .. :55) at 10 ms/token and 40 us/prompt token, so
+    every 60-s bucket holds 6 of them. r2 and r5: the same until 08:00, then 2 calls a minute (:20, :50).
+    r2 is 3x slower from 08:00 (30 ms/token, 120 us/prompt token) and gets a burst of 5 calls in minute
+    10 (10:10 .. 10:50) instead of its 2; r5 stays healthy but for one odd 3x-slow call at 10:50."""
+    from datetime import timedelta
+
+    from tests.alerts_helpers import engine_call, insert_calls
+
+    def call(name, at_s, slow=False):
+        return engine_call(name, T0 + timedelta(seconds=at_s), decode_s=3.0 if slow else 1.0,
+                           prefill_s=0.12 if slow else 0.04)
+
+    rows = []
+    for m in range(16):
+        for name in ("r1", "r2", "r3", "r4", "r5"):
+            if m < 8 or name in ("r1", "r3", "r4"):
+                rows += [call(name, 60 * m + 5 + 10 * k) for k in range(6)]
+            elif name == "r2":
+                rows += [call(name, 60 * m + s, slow=True) for s in ((10, 20, 30, 40, 50) if m == 10 else (20, 50))]
+            else:
+                rows += [call(name, 60 * m + s, slow=(m, s) == (10, 50)) for s in (20, 50)]
+    insert_calls(store, rows)
+
+
+def test_slow_replica_with_few_calls_fires_and_healthy_sparse_one_does_not(store):
+    """Absence of evidence is no evidence of health. r2, 3x slow at 2-5 calls a minute: at 10:00 its
+    window holds 2 + 2 slow calls, widened by 1 call of the healthy bucket (07:00, 08:00]: the median of
+    3.0 x 4, 1.0 x 1 is 3.0 -> pending; 10:30 (4 + 2 slow calls) and 11:00 (its 5-call burst) -> firing.
+    Judged on its 2-min window alone (a figure only from a bucket of >= 5 calls) it went pending at
+    11:00 on the burst and was cancelled at 11:30 ("too few calls to compare its speed": the burst split
+    over buckets of 3 and 4 calls), pending again at 12:00, cancelled at 12:30, as the demo's replica-2."""
+    from datetime import timedelta
+
+    from alerts.evaluator import Evaluator, evaluate
+
+    _sparse_fleet(store)
+    evaluator = Evaluator(store, AlertConfig())
+    log = []
+    for half in range(18, 31):  # 09:00 .. 15:00 every 30 s
+        now = T0 + timedelta(seconds=30 * half)
+        log += [(f"{now:%M:%S}", t.alert.key, t.state.value) for t in evaluator.step(now)
+                if t.alert.rule == "replica_degradation"]
+    assert log == [("10:00", "r2", "pending"), ("11:00", "r2", "firing")]
+
+    # the verdicts at 11:30: its own baseline 10 ms/token, 40 us/prompt token (buckets 3 on with >= 5
+    # calls: the busy minutes before 08:00); the fleet's change 1.0 (r1, r3, r4: 6 calls a bucket, as
+    # before); r2 in (10:30, 11:30]: 10:40, 10:50, 11:20 (3 calls), in (09:30, 10:30]: 09:50 .. 10:30 (4)
+    # -> no bucket of 5; widened: 3 + 4 = 7 calls >= 5 within the window, each bucket 30/10 = 120/40 = 3x
+    out = {s.key: s for s in evaluate(store, T0 + timedelta(seconds=690))["replica_degradation"]}
+    r2 = out["r2"]
+    assert r2.level is Level.FIRE and r2.figures["ratio"] == pytest.approx(3.0)
+    assert (r2.figures["speed_judged"], r2.figures["speed_calls"], r2.figures["speed_window_s"]) == ("widened", 7, 120)
+    assert "3.00x slower than its own recent baseline" in r2.summary and "(its last 7 calls over 120s, pooled: " in r2.summary
+    # r5 in (10:30, 11:30]: 10:50 (3x) and 11:20 -> median of two = the upper (ClickHouse quantileExact),
+    # 3.0, weight 2; (09:30, 10:30]: 09:50, 10:20 -> 1.0, weight 2; (08:30, 09:30]: 08:50, 09:20 -> 1.0,
+    # 1 of its 2 calls still needed. Call-weighted median of 3.0 x 2, 1.0 x 3 = 1.0 (the mean, 1.8,
+    # would fire on one odd call)
+    r5 = out["r5"]
+    assert r5.level is Level.CLEAR and r5.figures["ratio"] == pytest.approx(1.0)
+    assert (r5.figures["speed_judged"], r5.figures["speed_calls"], r5.figures["speed_window_s"]) == ("widened", 5, 180)
+    assert all(out[n].figures["speed_judged"] == "window" and out[n].level is Level.CLEAR for n in ("r1", "r3", "r4"))

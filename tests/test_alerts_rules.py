@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -227,6 +228,33 @@ def test_degradation_from_gateway_visible_errors_and_no_data():
     assert "r3" not in {s.key for s in rules_replica.degradation_from_series(quiet, cfg)}
 
 
+def test_degradation_on_too_few_calls_keeps_an_active_alert_without_clearing_it():
+    """Speed unknown even widened to widen_s (6 buckets): no evidence either way. An active alert holds
+    in the no-data state (not CLEAR, which would count towards resolving it); no alert starts."""
+    cfg = AlertConfig().degradation
+    r3 = ("H100", [0.03] * 4 + [0.01] * 6, [1.2e-4] * 4 + [4e-5] * 6)  # 3x slow in buckets 0-3
+    rows = [r for r in _rows({"r1": ("H100", 0.01, 4e-5), "r2": ("H100", 0.01, 4e-5), "r3": r3}, buckets=10)
+            if not (r["replica"] == "r3" and 4 <= r["bucket"] <= 5)]
+    for row in rows:
+        if row["replica"] == "r3" and row["bucket"] < 4:  # 1 call a bucket, 3x slow: 4 calls in 6 buckets
+            row.update(requests=1, itl_samples=1, prefill_samples=1, attempts=1, gw_ok=1)
+    fs = series.build(T0, 60, 10, rows, [])
+    assert fs.thin_ratios["r3"][:6] == [pytest.approx(3.0)] * 4 + [None, None] and fs.ratios["r3"][:6] == [None] * 6
+    r3 = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg, {"r3": {}})}["r3"]
+    assert r3.level is Level.HOLD and r3.no_data and r3.figures["ratio"] is None
+    assert (r3.figures["speed_judged"], r3.figures["speed_calls"]) == ("unknown", 4)
+    assert "4 call(s) with a speed figure in the last 360s, too few (5) to judge its speed" in r3.summary
+    idle = {s.key: s for s in rules_replica.degradation_from_series(fs, cfg)}["r3"]
+    assert idle.level is Level.CLEAR and not idle.no_data
+    # a 5th call, in bucket 6 (a busy healthy bucket, 1.0 as the others) is beyond widen_s: still unknown;
+    # widen_s 420 takes 1 of its 20 calls -> 3.0 x 4, 1.0 x 1: median 3.0 -> FIRE
+    wider = {s.key: s for s in rules_replica.degradation_from_series(
+        fs, dataclasses.replace(cfg, widen_s=420))}["r3"]
+    assert wider.level is Level.FIRE and wider.figures["ratio"] == pytest.approx(3.0)
+    assert (wider.figures["speed_judged"], wider.figures["speed_calls"], wider.figures["speed_window_s"]) == \
+        ("widened", 5, 420)
+
+
 def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judged():
     """A replica slowed until clients time out leaves almost no engine span (vLLM 0.32 exports none for
     an aborted request): judged by the gateway's attempts on it against the other replicas'."""
@@ -241,7 +269,10 @@ def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judge
     r3 = out["r3"]
     # abandoned (97 + 1 timeout) x 2 / 200 = 98% >= 50%; answered 4 / 200 = 2%, the others' 30% >= 3 x 2%;
     # load 200 / 200 = 1.0 <= 1.3
-    assert r3.level is Level.FIRE and r3.figures["ratio"] is None
+    assert r3.level is Level.FIRE
+    # no speed figure in the 2-min window (2 calls a bucket < 5): widened to its newest 5 calls, the 2 + 2
+    # of the window and 1 of bucket 2, each as fast as its GPU type's median (0.01 / 0.01) -> 1.0
+    assert (r3.figures["ratio"], r3.figures["speed_judged"], r3.figures["speed_calls"]) == (1.0, "widened", 5)
     assert r3.figures["abandoned_rate"] == pytest.approx(0.98) and r3.figures["answered_rate"] == pytest.approx(0.02)
     assert r3.figures["others_median_answered_rate"] == pytest.approx(0.3) and r3.figures["load_ratio"] == 1.0
     assert "answers 2.0% of its attempts vs 30.0% on the other replicas" in r3.summary

@@ -189,3 +189,48 @@ def test_client_caused_errors_are_not_replica_errors():
         assert tiles.current.error_rate == pytest.approx(2 / 8)
     finally:
         drop_store(store)
+
+
+def test_replica_latency_flag_needs_a_minimum_sample(store):
+    """TTFT p95 > 2x the fleet median flags a replica only over >= ops.MIN_LATENCY_REQUESTS (21) requests:
+    quantileExact(0.95) of n <= 20 is the slowest request (index floor(0.95 n)), so one slow call on 9
+    requests flagged a replica "degraded". vLLM llm_request spans as the engine exports them."""
+    import random
+
+    from dashboard_seed import _Span, _insert_spans
+
+    rng = random.Random(3)
+    spans = []
+
+    def engine(replica, start, ttft):
+        attrs = {"gen_ai.usage.prompt_tokens": 100, "gen_ai.usage.completion_tokens": 11,
+                 "gen_ai.latency.time_to_first_token": ttft, "gen_ai.latency.e2e": ttft + 1.0,
+                 "gen_ai.latency.time_in_model_decode": 1.0, "gen_ai.latency.time_in_queue": 0.01,
+                 "gen_ai.response.finish_reasons": '["stop"]', "gen_ai.request.model": MODEL}
+        res = {"service.name": "vllm", "service.instance.id": replica, "gpu.type": "H100"}
+        spans.append(_Span(start, ttft + 1.0, f"{len(spans):032x}", f"{rng.getrandbits(64):016x}", "", "llm_request",
+                           "Server", "vllm", res, attrs))
+
+    # 11:00-11:05: 9 requests each, TTFT 0.3 s; r3's last one 0.9 s (its p95 = its slowest)
+    # 12:00-12:05: 21 requests each, r3's last two 0.9 s (its p95 = its second slowest, 0.9)
+    for hour, n, slow in ((11, 9, 1), (12, 21, 2)):
+        for replica in ("r1", "r2", "r3"):
+            for k in range(n):
+                ttft = 0.9 if replica == "r3" and k >= n - slow else 0.3
+                engine(replica, datetime(2026, 11, 2, hour, 1, tzinfo=UTC) + timedelta(seconds=5 * k), ttft)
+    _insert_spans(store, spans)
+
+    few = ops.replica_health(store, datetime(2026, 11, 2, 11, tzinfo=UTC), datetime(2026, 11, 2, 11, 5, tzinfo=UTC))
+    few = few.set_index("replica")
+    # p95s 0.3, 0.3, 0.9 -> fleet median 0.3 -> r3 3.0x, shown but not flagged on 9 requests
+    assert few.loc["r3", "requests"] == 9 and few.loc["r3", "ttft_vs_fleet"] == pytest.approx(3.0)
+    assert not few["degraded"].any() and list(few["reason"]) == ["", "", ""]
+    # with the minimum lifted, the old flag
+    lifted = ops.replica_health(store, datetime(2026, 11, 2, 11, tzinfo=UTC), datetime(2026, 11, 2, 11, 5, tzinfo=UTC),
+                                min_requests=1).set_index("replica")
+    assert lifted.loc["r3", "reason"] == "TTFT p95 3.0x fleet median"
+    enough = ops.replica_health(store, datetime(2026, 11, 2, 12, tzinfo=UTC),
+                                datetime(2026, 11, 2, 12, 5, tzinfo=UTC)).set_index("replica")
+    assert enough.loc["r3", "requests"] == 21 and enough.loc["r3", "ttft_p95_s"] == pytest.approx(0.9)
+    assert bool(enough.loc["r3", "degraded"]) and enough.loc["r3", "reason"] == "TTFT p95 3.0x fleet median"
+    assert not enough.loc["r1", "degraded"] and not enough.loc["r2", "degraded"]

@@ -80,3 +80,14 @@ def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
     assert {a["replica"] for a in cascades} == {"replica-2"}
     assert "cost per successful task" in output and "alerts fired" in output
     assert not (tmp_path / "data" / "service.json").exists()  # the owner withdrew its announcement
+
+
+def test_banner_promises_a_live_degradation_alert_only_after_the_baseline_warmup():
+    """The live incident raises a replica-degradation alert only if replica-2 has its own baseline by
+    then (infercost.demo.BASELINE_WARMUP_S): the default leaves it; an earlier incident says so."""
+    from infercost.demo import BASELINE_WARMUP_S, DemoOptions, incident_expectation
+
+    assert DemoOptions().incident_after_s >= BASELINE_WARMUP_S
+    assert "expect a replica-degradation alert 2-4 min after it starts" in incident_expectation(DemoOptions())
+    early = incident_expectation(DemoOptions(incident_after_s=180))
+    assert "no degradation alert expected" in early and "expect a replica-degradation" not in early

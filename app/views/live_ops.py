@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from app import charts, engine_view, filters, fmt, ui
+from schema.queries.ops import MIN_LATENCY_REQUESTS
 from schema.store import StoreError
 
 REFRESH_S = 5
@@ -137,7 +138,9 @@ def replica_table(view: filters.Filters, bucket_s: int, gauges: pd.DataFrame | N
         "why flagged": health["reason"],
     })
     config = {
-        "status": st.column_config.TextColumn("status", help="degraded: TTFT/ITL p95 > 2x the fleet median or error rate > 5 %"),
+        "status": st.column_config.TextColumn("status", help=(
+            f"degraded: TTFT/ITL p95 > 2x the fleet median over at least {MIN_LATENCY_REQUESTS} requests (fewer: "
+            "the p95 is the single slowest request, not flagged), or error rate > 5 %")),
         "running": st.column_config.NumberColumn("running (req)", format="%d"),
         "waiting": st.column_config.NumberColumn("waiting (req)", format="%d"),
         "KV use": st.column_config.ProgressColumn("KV-cache use", min_value=0.0, max_value=1.0, format="percent"),

@@ -37,7 +37,8 @@ def parse_duration(value: str | None) -> float | None:
 @click.option("--backfill-rate-scale", type=float, default=0.05, show_default=True,
               help="Backfill call rate at the daily peak, as a fraction of the trace's.")
 @click.option("--incident-after", default=None,
-              help="When the live incident starts (default 3m; a third of --duration when that is shorter).")
+              help="When the live incident starts (default 8m; a third of --duration when that is shorter; "
+                   "before 7m replica-2 has no baseline of its own for the degradation alert).")
 @click.option("--incident-replica", default="replica-2", show_default=True)
 @click.option("--incident-factor", type=float, default=3.0, show_default=True, help="Slowdown factor.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -61,7 +62,7 @@ def command(duration, backfill_days, reset, rate_scale, backfill_rate_scale, inc
     seconds = parse_duration(duration)
     after = parse_duration(incident_after)
     if after is None:
-        after = 180.0 if seconds is None else min(180.0, seconds / 3)
+        after = DemoOptions.incident_after_s if seconds is None else min(DemoOptions.incident_after_s, seconds / 3)
     if incident_replica not in REPLICAS:
         raise click.BadParameter(f"{incident_replica!r}: one of {', '.join(REPLICAS)}", param_hint="--incident-replica")
     if backfill_days < 0 or rate_scale <= 0 or backfill_rate_scale <= 0 or incident_factor <= 0:

@@ -40,6 +40,10 @@ FILTER_KEYS = ("model", "tenant", "task_type")
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
 HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (0051)
+# A replica's TTFT / ITL p95 flags it only over at least this many requests: ClickHouse's
+# quantileExact(0.95) is the value at index floor(0.95 n) of the sorted n, the slowest request for
+# n <= 20, so below 21 one slow call would flag a replica (seen: "degraded" on 9 requests).
+MIN_LATENCY_REQUESTS = 21
 
 
 def _utc(value: datetime) -> datetime:
@@ -221,7 +225,7 @@ def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = No
 
 def replica_health(store, start: datetime, end: datetime, filters: dict | None = None,
                    degradation_factor: float = 2.0, error_rate_limit: float = 0.05,
-                   gauges: pd.DataFrame | None = None) -> pd.DataFrame:
+                   gauges: pd.DataFrame | None = None, min_requests: int = MIN_LATENCY_REQUESTS) -> pd.DataFrame:
     """Per-replica health over [start, end), one row per replica, sorted by replica.
 
     Columns: replica, gpu_type, requests, output_tokens, ttft_p95_s, itl_p95_s, e2e_p95_s (seconds),
@@ -231,8 +235,10 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     the replicas' p95s), degraded (bool) and reason (text).
 
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
-    median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md), or
-    its error rate exceeds ``error_rate_limit`` (default 5 %).
+    median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md) over
+    at least ``min_requests`` engine requests in the window (``MIN_LATENCY_REQUESTS``, 21: with fewer
+    the p95 is its single slowest request; its ratios are still given), or its error rate exceeds
+    ``error_rate_limit`` (default 5 %).
 
     ``gauges``: the ``ops_replica_gauges`` rows of a read whose current window is this [start, end)
     with the same model filter (``fleet_tiles(store, start, end, filters).raw["gauges"]``: its
@@ -280,9 +286,12 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     reasons = []
     for _, r in out.iterrows():
         why = []
-        if r["ttft_vs_fleet"] is not None and not pd.isna(r["ttft_vs_fleet"]) and r["ttft_vs_fleet"] > degradation_factor:
+        sampled = r["requests"] >= min_requests
+        if sampled and r["ttft_vs_fleet"] is not None and not pd.isna(r["ttft_vs_fleet"]) \
+                and r["ttft_vs_fleet"] > degradation_factor:
             why.append(f"TTFT p95 {r['ttft_vs_fleet']:.1f}x fleet median")
-        if r["itl_vs_fleet"] is not None and not pd.isna(r["itl_vs_fleet"]) and r["itl_vs_fleet"] > degradation_factor:
+        if sampled and r["itl_vs_fleet"] is not None and not pd.isna(r["itl_vs_fleet"]) \
+                and r["itl_vs_fleet"] > degradation_factor:
             why.append(f"ITL p95 {r['itl_vs_fleet']:.1f}x fleet median")
         if r["error_rate"] is not None and not pd.isna(r["error_rate"]) and r["error_rate"] > error_rate_limit:
             why.append(f"error rate {r['error_rate']:.0%}")

@@ -25,7 +25,8 @@ measured_store(store, plans, [ReplicaSpec("r0"), ReplicaSpec("r1")])
 
 
 def _env(tmp_path):
-    return dict(os.environ, INFERCOST_DATA_DIR=str(tmp_path / "data"),
+    # The seeded period is fixed (2026-11-02): a default 30-day TTL would drop it once that is a month ago.
+    return dict(os.environ, INFERCOST_DATA_DIR=str(tmp_path / "data"), INFERCOST_RETENTION_DAYS="3650",
                 INFERCOST_CLICKHOUSE_URL=f"chdb://{tmp_path / 'data' / 'clickhouse'}")
 
 

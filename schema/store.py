@@ -8,7 +8,9 @@ writes ClickHouse goes through :class:`Store`; it
 * tags every call with ``log_comment`` on a server (visible in ``system.query_log``; chDB keeps
   no query log) and times it,
 * retries only transient errors (network, server overload) and raises typed errors
-  (:mod:`schema.store_errors`: unavailable with a reason, payload, query).
+  (:mod:`schema.store_errors`: unavailable with a reason, payload, query),
+* works in UTC whatever the host's or the server's time zone (:func:`_use_utc`): every naive
+  ``datetime`` the code passes or gets back is UTC, and so are ``toStartOfHour`` and friends in SQL.
 
 chDB allows one engine path per process (a second path raises); clients on the same path share
 the data, and each client keeps its own current database, which is how tests isolate themselves.
@@ -29,6 +31,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 from urllib.parse import urlparse
@@ -240,6 +243,27 @@ def _configure_embedded_allocator() -> None:
     os.environ.setdefault("JE_MALLOC_CONF", EMBEDDED_MALLOC_CONF)
 
 
+# Naive datetimes written by clickhouse-connect are localized to the client's ``server_tz`` (UTC, see
+# _use_utc), not to the host's zone (the library's default: a naive value is read by .timestamp()).
+clickhouse_connect.common.set_setting("naive_datetime_insert", "server")
+UTC_SETTINGS = {"session_timezone": "UTC"}
+
+
+def _use_utc(client, embedded: bool):
+    """Make ``client`` work in UTC: the session's time zone (``session_timezone``: what ClickHouse uses
+    for bare ``DateTime`` columns, their text form and ``toStartOfDay``-like functions, materialized
+    views of an insert included) and the zone clickhouse-connect converts bare ``DateTime`` values
+    with, both ways. chDB's engine takes the host's zone (``TZ``, /etc/localtime) by default, and a
+    server its configured ``timezone``; the schema and every query treat bare ``DateTime`` as UTC
+    (the cost jobs' minutes, the pages' ranges, the weekly review's weeks). chDB keeps one session per client, so one ``SET`` holds (a per-statement setting
+    would cost chDB 3 extra engine queries each, see :meth:`Store._call`); a server gets the
+    setting with every request (``get_client(settings=…)``)."""
+    if embedded:
+        client.command("SET session_timezone = 'UTC'")
+    client.server_tz = timezone.utc
+    return client
+
+
 def connect(url: str, database: str = "infercost", *, create_database: bool = True) -> Store:
     """Open the store at ``url`` bound to ``database``; create the database (``ENGINE = Atomic``) if asked.
 
@@ -265,7 +289,7 @@ def connect(url: str, database: str = "infercost", *, create_database: bool = Tr
             if parsed.path != ":memory:":
                 Path(parsed.path).mkdir(parents=True, exist_ok=True)
             # One client: closing the last client of an in-memory engine would drop its data.
-            client = clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}")
+            client = _use_utc(clickhouse_connect.get_client(dsn=f"chdb://{parsed.path}"), embedded=True)
             if create_database:
                 client.command(f"CREATE DATABASE IF NOT EXISTS `{database}` ENGINE = Atomic")
             client.database = database
@@ -274,7 +298,8 @@ def connect(url: str, database: str = "infercost", *, create_database: bool = Tr
                 boot = clickhouse_connect.get_client(dsn=parsed.dsn, database="default", autogenerate_session_id=False)
                 boot.command(f"CREATE DATABASE IF NOT EXISTS `{database}` ENGINE = Atomic")
                 boot.close()
-            client = clickhouse_connect.get_client(dsn=parsed.dsn, database=database, autogenerate_session_id=False)
+            client = _use_utc(clickhouse_connect.get_client(dsn=parsed.dsn, database=database, autogenerate_session_id=False,
+                                                            settings=UTC_SETTINGS), embedded=False)
     except (ClickHouseDriverError, OSError) as exc:
         hint, reason = "", classify_error(exc)[1]
         if "Cannot lock file" in str(exc) or "already initialized" in str(exc) or _locked(parsed):

@@ -19,16 +19,23 @@ log = logging.getLogger(__name__)
 
 
 def open_store(settings: Settings, echo=print):
-    """Connect to the store named by the settings and apply pending migrations. Returns the Store."""
-    from schema.migrate import migrate
+    """Connect to the store named by the settings and apply pending migrations. Returns the Store.
+
+    A retention setting that differs from the stored tables' is reported, not applied: a process
+    started without the setting must not shorten what ``infercost migrate`` set (it would drop data).
+    """
+    from schema.migrate import migrate, table_retention_days
+    from schema.redact import redact
     from schema.store import connect
 
     store = connect(settings.store_url, settings.database)
     applied = migrate(store, settings.retention_days)
     if applied:
-        from schema.redact import redact
-
         echo(f"schema: applied {len(applied)} migration(s) in {redact(settings.store_url)}")
+    stored = table_retention_days(store)
+    if stored and stored != settings.retention_days:
+        echo(f"warning: the store keeps raw spans and metrics {stored} days, the setting says "
+             f"{settings.retention_days} (INFERCOST_RETENTION_DAYS): `infercost migrate` applies the setting")
     return store
 
 

@@ -126,12 +126,65 @@ _TTL_DAYS = re.compile(r"toIntervalDay\((\d+)\)|INTERVAL\s+(\d+)\s+DAY", re.IGNO
 def table_retention_days(store: Store, table: str = "otel_traces") -> int | None:
     """The retention (days) in ``table``'s TTL as the store has it, or None (no table, no TTL).
 
-    The migrations write ``{{retention_days}}`` into the TTL once; a later change of the setting
-    does not alter existing tables, so the receiver asks the store rather than the settings which
-    data would be dropped at insert. Raises StoreError.
+    The migrations write ``{{retention_days}}`` into the TTL when they create a table; a later change
+    of the setting takes effect only with :func:`apply_retention` (``infercost migrate``), so the
+    receiver asks the store rather than the settings which data would be dropped at insert. Raises
+    StoreError.
     """
     sql = (Path(__file__).parent / "table_ttl.sql").read_text()
     text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
     ttl = text.split(" TTL ", 1)[1] if " TTL " in text else ""
     match = _TTL_DAYS.search(ttl)
     return int(match.group(1) or match.group(2)) if match else None
+
+
+_CREATE_NAME = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?`?(\w+)`?", re.IGNORECASE)
+_RETENTION_TTL = re.compile(r"^(?P<expr>.+?)\s*\+\s*toIntervalDay\((?P<days>\d+)\)\s*$", re.DOTALL)
+
+
+def retention_tables(directory: Path = MIGRATIONS_DIR) -> list[str]:
+    """Tables whose TTL the migrations set from ``{{retention_days}}`` (raw spans, metric points, the
+    cost tables and rollups), in migration order; the scratch tables' fixed TTLs are not among them."""
+    names: list[str] = []
+    for migration in discover(directory):
+        text = migration.path.read_text()
+        for part in re.split(r";[ \t]*(?:\n|$)", text):
+            match = _CREATE_NAME.search(part)
+            if match and "{{retention_days}}" in part and match.group(1) not in names:
+                names.append(match.group(1))
+    return names
+
+
+def apply_retention(store: Store, retention_days: int, directory: Path = MIGRATIONS_DIR,
+                    progress=None) -> list[tuple[str, int, int]]:
+    """Set the retention of every table of :func:`retention_tables` that keeps another number of days.
+
+    The migrations write the retention into a table's TTL when they create it; a later change of the
+    setting (``INFERCOST_RETENTION_DAYS``) takes effect here: ``ALTER TABLE … MODIFY TTL`` with the
+    table's own TTL expression and the new number of days (ClickHouse then re-evaluates the TTL of
+    the stored parts: shorter drops the rows now older, longer keeps what is still there).
+
+    Returns (table, days before, days now) of the tables changed. Raises MigrationError for a bad
+    number or a TTL this function cannot read, StoreError from the store.
+    """
+    if int(retention_days) <= 0:
+        raise MigrationError(f"retention_days must be > 0, got {retention_days}")
+    sql = (Path(__file__).parent / "table_ttl.sql").read_text()
+    changed = []
+    for table in retention_tables(directory):
+        text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
+        if " TTL " not in text:
+            continue  # not in this store (dropped by a later migration) or no TTL
+        ttl = re.split(r"\s+SETTINGS\s+", text.split(" TTL ", 1)[1], maxsplit=1)[0].strip()
+        match = _RETENTION_TTL.match(ttl)
+        if not match:
+            raise MigrationError(f"{table}: cannot read the retention in its TTL {ttl!r}")
+        days = int(match.group("days"))
+        if days == int(retention_days):
+            continue
+        store.command(f"ALTER TABLE `{table}` MODIFY TTL {match.group('expr')} + toIntervalDay({int(retention_days)})",
+                      tag="migrate.retention")
+        changed.append((table, days, int(retention_days)))
+        if progress:
+            progress(f"{table}: retention {days} -> {int(retention_days)} days")
+    return changed

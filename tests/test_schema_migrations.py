@@ -87,3 +87,65 @@ def test_bad_migration_name_is_refused(tmp_path, empty_store):
     (tmp_path / "1_bad.sql").write_text("SELECT 1;")
     with pytest.raises(MigrationError, match="NNNN_"):
         migrate(empty_store, directory=tmp_path)
+
+
+def test_a_changed_retention_is_applied_to_the_stored_tables(empty_store):
+    """INFERCOST_RETENTION_DAYS changed after the tables exist: apply_retention (``infercost migrate``)
+    alters every retention table's TTL, and a merge then keeps or drops rows by the new number."""
+    from datetime import datetime, timedelta, timezone
+
+    from schema.migrate import apply_retention, retention_tables, table_retention_days
+
+    migrate(empty_store, retention_days=30)
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0, tzinfo=None)
+    rows = [(now - timedelta(days=20), 3, 0, 0), (now - timedelta(days=2), 5, 1, 1)]
+    empty_store.insert("alerts_task_minutes", rows, ["minute", "tasks", "failed", "not_good"], tag="t")
+    tables = retention_tables()
+    assert {"otel_traces", "llm_calls", "otel_metrics_sum", "alerts_task_minutes", "cost_hours"} <= set(tables)
+    assert "ops_series_marks" not in tables  # a scratch table with its own fixed TTL
+
+    changed = apply_retention(empty_store, 7)
+    assert ("otel_traces", 30, 7) in changed and ("alerts_task_minutes", 30, 7) in changed
+    assert {t for t, _, _ in changed} == set(tables)
+    assert table_retention_days(empty_store) == 7
+    assert apply_retention(empty_store, 7) == []  # nothing left to change
+    empty_store.command("OPTIMIZE TABLE alerts_task_minutes FINAL", tag="t")
+    assert empty_store.scalar("SELECT sum(tasks) FROM alerts_task_minutes", tag="t") == 5  # the 20-day-old minute went
+
+    apply_retention(empty_store, 3650)
+    assert table_retention_days(empty_store, "cost_hours") == 3650
+    empty_store.insert("alerts_task_minutes", rows[:1], ["minute", "tasks", "failed", "not_good"], tag="t")
+    empty_store.command("OPTIMIZE TABLE alerts_task_minutes FINAL", tag="t")
+    assert empty_store.scalar("SELECT sum(tasks) FROM alerts_task_minutes", tag="t") == 8
+    with pytest.raises(MigrationError, match="> 0"):
+        apply_retention(empty_store, 0)
+
+
+def test_migrate_command_applies_the_retention_and_the_service_reports_a_mismatch(monkeypatch):
+    from click.testing import CliRunner
+
+    from infercost.commands.migrate import command
+    from infercost.service import open_store
+    from infercost.settings import load_settings
+
+    monkeypatch.setenv("INFERCOST_CLICKHOUSE_URL", "chdb://memory")
+    monkeypatch.setenv("INFERCOST_DATABASE", "retention_cli")
+    from schema.store import connect
+
+    held = connect("chdb://memory", "retention_cli")  # the in-memory engine lives while a client is open
+    first = CliRunner().invoke(command, [])
+    assert first.exit_code == 0, first.output
+    assert first.output.splitlines()[-1].endswith(f"({len(discover())} migration(s) applied; retention 30 days)")
+    again = CliRunner().invoke(command, ["--retention-days", "90"])
+    assert again.exit_code == 0, again.output
+    assert "otel_traces: retention 30 -> 90 days" in again.output
+    assert again.output.splitlines()[-1].endswith("(0 migration(s) applied; retention 90 days, changed on 25 table(s))")
+
+    said = []
+    store = open_store(load_settings(), echo=said.append)  # the environment still says 30: reported, not applied
+    assert said == ["warning: the store keeps raw spans and metrics 90 days, the setting says 30 "
+                    "(INFERCOST_RETENTION_DAYS): `infercost migrate` applies the setting"]
+    from schema.migrate import table_retention_days
+
+    assert table_retention_days(store) == 90
+    held.command("DROP DATABASE retention_cli", tag="t")

@@ -195,6 +195,18 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     bad = alt.Chart(df).mark_line().encode(x=alt.X("bucket:T", axis=alt.Axis(format=5)))
     with pytest.raises(schemapi.SchemaValidationError):
         bad.to_dict()
+    with pytest.raises(schemapi.SchemaValidationError):  # what INFERCOST_VALIDATE_CHARTS=1 draws with
+        ui.vega_lite_spec(bad, validate=True)
+    # unvalidated (the default when drawing), the same dict as Streamlit's own conversion, data as Arrow bytes
+    good = charts.by_group(df, "bucket", "p95", "replica", "s")
+    fast, checked = ui.vega_lite_spec(good), ui.vega_lite_spec(good, validate=True)
+    assert fast == checked and ui.VALIDATE_CHARTS is False
+    assert fast["usermeta"] == {"embedOptions": {"renderer": "canvas"}}
+    assert [type(v) for v in fast["datasets"].values()] == [bytes]
+    from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+
+    theirs = _convert_altair_to_vega_lite_spec(good.properties(usermeta={"embedOptions": {"renderer": "canvas"}}))
+    assert fast == theirs
 
 
 def test_every_group_bar_gets_a_band_and_a_label():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import secrets
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -40,11 +41,42 @@ disable_debug_mode()
 CHART_EMBED = {"renderer": "canvas"}
 
 
+# ``st.altair_chart`` turns each chart into its Vega-Lite dict with ``to_dict()``, which validates the
+# whole spec against the Vega-Lite JSON schema (jsonschema walks every encoding: ~30-60 ms a layered
+# chart, ~0.3-0.5 s of CPU for the live page's nine charts on every run, cached queries or not). The
+# dashboard converts the chart itself without that check and hands Streamlit the dict
+# (``st.vega_lite_chart``: the same element, the same Arrow datasets, the same selections). The specs are
+# validated by the tests instead (every chart of every page, ``tests/test_app_pages.py``) and at run time
+# with INFERCOST_VALIDATE_CHARTS=1.
+VALIDATE_CHARTS = os.environ.get("INFERCOST_VALIDATE_CHARTS", "") == "1"
+
+
+def vega_lite_spec(spec, validate: bool = False) -> dict:
+    """The Vega-Lite dict Streamlit would build from the Altair chart ``spec`` (its ``to_arrow_dataset``
+    data transformer: each frame as Arrow IPC bytes in ``datasets`` under a content hash; the "none"
+    theme), validated against the schema only when ``validate``, with :data:`CHART_EMBED` as its
+    top-level ``usermeta.embedOptions``. Raises ``altair.utils.schemapi.SchemaValidationError`` on an
+    invalid spec when validating."""
+    import altair as alt
+    from streamlit.elements.vega_charts import _altair_globals_lock, _to_arrow_dataset
+
+    datasets: dict = {}
+    alt.data_transformers.register("to_arrow_dataset", _to_arrow_dataset)
+    with _altair_globals_lock:  # Altair's theme and transformer are process-global: Streamlit's own lock
+        theme = alt.theme.enable("none") if alt.theme.active == "default" else contextlib.nullcontext()
+        with theme, alt.data_transformers.enable("to_arrow_dataset", datasets=datasets):
+            out = spec.to_dict(validate=validate)
+    existing = out.get("datasets")
+    out["datasets"] = {**existing, **datasets} if isinstance(existing, dict) else datasets
+    out["usermeta"] = {**(out.get("usermeta") or {}), "embedOptions": dict(CHART_EMBED)}
+    return out
+
+
 def chart(spec, **kwargs):
-    """``st.altair_chart(spec, **kwargs)`` drawn on a canvas (:data:`CHART_EMBED`, the spec's top-level
-    ``usermeta.embedOptions``; the spec's data and encodings unchanged). Returns what st.altair_chart
-    returns (the selection event with ``on_select``)."""
-    return st.altair_chart(spec.properties(usermeta={"embedOptions": dict(CHART_EMBED)}), **kwargs)
+    """Draw the Altair chart ``spec`` as ``st.altair_chart(spec, **kwargs)`` would, on a canvas
+    (:data:`CHART_EMBED`), from :func:`vega_lite_spec` (not validated unless :data:`VALIDATE_CHARTS`).
+    Returns what st.altair_chart returns (the selection event with ``on_select``)."""
+    return st.vega_lite_chart(spec=vega_lite_spec(spec, validate=VALIDATE_CHARTS), **kwargs)
 
 
 def _resolve(path: str):

@@ -83,6 +83,35 @@ def test_waterfall_goes_from_spend_to_useful():
     assert costviews.ratio(2.0, 0.5) == 4.0 and costviews.ratio(1, 0) is None and costviews.ratio(None, 1) is None
 
 
+def test_waterfall_bars_hang_each_step_from_the_last():
+    """Hand-computed: spend $10 -> idle 2.25, unattributed 0.25, failed 0.5, retry 1 -> useful $6."""
+    waste = pd.DataFrame({"category": ["useful", "retry_waste", "failed_task_waste", "pending", "unattributed",
+                                       "idle", "partial"],
+                          "usd": [6.0, 1.0, 0.5, 0.0, 0.25, 2.25, 0.3]})
+    bars = costviews.waterfall_bars(costviews.waterfall_steps(waste, 10.0))
+    assert list(bars["label"]) == ["Total spend", "Idle GPUs", "Unattributed", "Failed-task waste", "Retry waste",
+                                   "Useful work"]
+    assert list(bars["lo"]) == pytest.approx([0.0, 7.75, 7.5, 7.0, 6.0, 0.0])
+    assert list(bars["hi"]) == pytest.approx([10.0, 10.0, 7.75, 7.5, 7.0, 6.0])
+    assert list(bars["level"]) == pytest.approx([10.0, 7.75, 7.5, 7.0, 6.0, 6.0])
+    assert list(bars["kind"]) == ["total", "decrease", "decrease", "decrease", "decrease", "total"]
+    assert list(bars["text"]) == ["$10.00", "$2.25", "$0.2500", "$0.5000", "$1.00", "$6.00"]
+    assert list(bars["next_label"]) == ["Idle GPUs", "Unattributed", "Failed-task waste", "Retry waste",
+                                        "Useful work", "Useful work"]
+    # a rise (relative > 0) spans the level before and after it; a total is drawn from 0 at its own value
+    up = costviews.waterfall_bars([{"label": "a", "value": 5.0, "measure": "absolute"},
+                                   {"label": "b", "value": 2.0, "measure": "relative"},
+                                   {"label": "c", "value": -3.0, "measure": "relative"},
+                                   {"label": "d", "value": 4.5, "measure": "total"}])
+    assert list(zip(up["lo"], up["hi"], up["kind"], up["level"])) == [
+        (0.0, 5.0, "total", 5.0), (5.0, 7.0, "increase", 7.0), (4.0, 7.0, "decrease", 4.0), (0.0, 4.5, "total", 4.5)]
+    spec = costviews.waterfall_chart(up).to_dict()
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["rule", "bar", "text", "text"]
+    assert spec["layer"][1]["encoding"]["color"]["scale"] == {"domain": ["total", "decrease", "increase"],
+                                                               "range": ["#1f77b4", "#d62728", "#2ca02c"]}
+    assert spec["layer"][1]["encoding"]["x"]["sort"] == ["a", "b", "c", "d"]  # the steps' order, not alphabetical
+
+
 def test_series_bucket_is_whole_hours_for_wide_ranges():
     from app.charts import series_bucket
 
@@ -166,6 +195,18 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     bad = alt.Chart(df).mark_line().encode(x=alt.X("bucket:T", axis=alt.Axis(format=5)))
     with pytest.raises(schemapi.SchemaValidationError):
         bad.to_dict()
+    with pytest.raises(schemapi.SchemaValidationError):  # what INFERCOST_VALIDATE_CHARTS=1 draws with
+        ui.vega_lite_spec(bad, validate=True)
+    # unvalidated (the default when drawing), the same dict as Streamlit's own conversion, data as Arrow bytes
+    good = charts.by_group(df, "bucket", "p95", "replica", "s")
+    fast, checked = ui.vega_lite_spec(good), ui.vega_lite_spec(good, validate=True)
+    assert fast == checked and ui.VALIDATE_CHARTS is False
+    assert fast["usermeta"] == {"embedOptions": {"renderer": "canvas"}}
+    assert [type(v) for v in fast["datasets"].values()] == [bytes]
+    from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+
+    theirs = _convert_altair_to_vega_lite_spec(good.properties(usermeta={"embedOptions": {"renderer": "canvas"}}))
+    assert fast == theirs
 
 
 def test_every_group_bar_gets_a_band_and_a_label():

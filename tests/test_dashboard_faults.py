@@ -41,13 +41,15 @@ def _app(params: dict, page: str | None = None, check: bool = True) -> AppTest:
     return at
 
 
-def _waterfall(at: AppTest) -> dict:
-    charts = [e for e in at.get("plotly_chart")]
-    for chart in charts:
-        spec = json.loads(chart.proto.spec)
-        for trace in spec["data"]:
-            if trace.get("type") == "waterfall":
-                return trace
+def _waterfall(at: AppTest):
+    """The cost page's waterfall bars (``app.costviews.waterfall_bars`` rows, as the chart's dataset)."""
+    import pyarrow as pa
+
+    for chart in at.get("vega_lite_chart"):
+        for ds in chart.proto.datasets:
+            df = pa.ipc.open_stream(ds.data.data).read_pandas()
+            if {"label", "lo", "hi", "kind", "level"} <= set(df.columns):
+                return df.reset_index(drop=True)
     raise AssertionError("no waterfall on the page")
 
 
@@ -61,21 +63,23 @@ def test_fault1_filtered_waterfall_stays_under_the_filter(seeded):
     at = _app(RANGE | filters, "views/cost.py")
     s = cost.period_summary(store, out.start, out.end, None, filters).iloc[0]
     fleet = cost.period_summary(store, out.start, out.end).iloc[0]
-    trace = _waterfall(at)
-    y = trace["y"]
-    assert trace["x"][0] == "Spend (this view)" and y[0] == pytest.approx(s["spend_usd"])
-    assert trace["x"][-1] == "Useful work" and y[-1] == pytest.approx(s["useful_usd"])
-    running = y[0]
-    for value, measure in zip(y[1:-1], trace["measure"][1:-1]):
-        assert measure == "relative" and value <= 0
-        running += value
+    bars = _waterfall(at)
+    labels = list(bars["label"])
+    assert labels[0] == "Spend (this view)" and bars["hi"].iloc[0] == pytest.approx(s["spend_usd"])
+    assert bars["lo"].iloc[0] == 0 and bars["kind"].iloc[0] == "total"
+    assert labels[-1] == "Useful work" and bars["hi"].iloc[-1] == pytest.approx(s["useful_usd"])
+    running = s["spend_usd"]
+    for _, bar in bars.iloc[1:-1].iterrows():
+        assert bar["kind"] == "decrease" and bar["hi"] == pytest.approx(running)  # each step hangs from the last
+        running = bar["lo"]
         assert running >= -1e-9  # never below zero
     assert running == pytest.approx(s["useful_usd"])  # the steps add up under the filter
-    assert "Idle share" in trace["x"]
+    assert "Idle share" in labels
     # the fleet-level idle is shown apart, labelled as not filtered
     caption = " ".join(c.value for c in at.caption)
     assert f"idle {fmt.usd(fleet['idle_usd'])} of {fmt.usd(fleet['spend_usd'])} spend" in caption
     assert fleet["spend_usd"] > s["spend_usd"]
+    assert not at.get("plotly_chart")  # no Plotly bundle for the cost page (issue 18 item 3)
 
 
 def test_fault8_tasks_drilldown_follows_the_task_id_not_the_row(seeded):

@@ -8,7 +8,6 @@ docstring and DESIGN.md "Cost model").
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from app import charts, costviews, filters, fmt, ui
@@ -139,15 +138,7 @@ def details() -> None:
         steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
     left, right = st.columns([3, 2])
     with left:
-        fig = go.Figure(go.Waterfall(
-            orientation="v", x=[s["label"] for s in steps], y=[s["value"] for s in steps],
-            measure=[s["measure"] for s in steps], text=[fmt.usd(abs(s["value"])) for s in steps],
-            textposition="outside", connector={"line": {"color": "#999"}},
-            decreasing={"marker": {"color": "#d62728"}}, increasing={"marker": {"color": "#2ca02c"}},
-            totals={"marker": {"color": "#1f77b4"}},
-            hovertemplate="%{x}: %{text}<extra></extra>"))
-        fig.update_layout(height=380, margin=dict(l=10, r=10, t=30, b=10), yaxis_title="USD", showlegend=False)
-        st.plotly_chart(fig, width="stretch", key="cost_waterfall", config={"displaylogo": False})
+        ui.chart(costviews.waterfall_chart(costviews.waterfall_bars(steps)), width="stretch", key="cost_waterfall")
     with right:
         shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={

@@ -58,7 +58,7 @@ def vega_lite_spec(spec, validate: bool = False) -> dict:
     top-level ``usermeta.embedOptions``. Raises ``altair.utils.schemapi.SchemaValidationError`` on an
     invalid spec when validating."""
     import altair as alt
-    from streamlit.elements.vega_charts import _altair_globals_lock, _to_arrow_dataset
+    from streamlit.elements.vega_charts import _altair_globals_lock, _to_arrow_dataset  # private: see chart()
 
     datasets: dict = {}
     alt.data_transformers.register("to_arrow_dataset", _to_arrow_dataset)
@@ -75,8 +75,15 @@ def vega_lite_spec(spec, validate: bool = False) -> dict:
 def chart(spec, **kwargs):
     """Draw the Altair chart ``spec`` as ``st.altair_chart(spec, **kwargs)`` would, on a canvas
     (:data:`CHART_EMBED`), from :func:`vega_lite_spec` (not validated unless :data:`VALIDATE_CHARTS`).
-    Returns what st.altair_chart returns (the selection event with ``on_select``)."""
-    return st.vega_lite_chart(spec=vega_lite_spec(spec, validate=VALIDATE_CHARTS), **kwargs)
+    Returns what st.altair_chart returns (the selection event with ``on_select``). :func:`vega_lite_spec`
+    borrows two private names of ``streamlit.elements.vega_charts`` (its Arrow data transformer and the lock
+    around Altair's process-global theme); a Streamlit without them falls back to ``st.altair_chart``, and
+    ``tests/test_app_units.py`` fails when the conversion stops matching Streamlit's own."""
+    try:
+        converted = vega_lite_spec(spec, validate=VALIDATE_CHARTS)
+    except ImportError:  # a Streamlit without the private names vega_lite_spec uses: its own (slower) path
+        return st.altair_chart(spec.properties(usermeta={"embedOptions": dict(CHART_EMBED)}), **kwargs)
+    return st.vega_lite_chart(spec=converted, **kwargs)
 
 
 def _resolve(path: str):

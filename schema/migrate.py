@@ -131,11 +131,17 @@ def table_retention_days(store: Store, table: str = "otel_traces") -> int | None
     receiver asks the store rather than the settings which data would be dropped at insert. Raises
     StoreError.
     """
+    match = _TTL_DAYS.search(_ttl_clause(store, table))
+    return int(match.group(1) or match.group(2)) if match else None
+
+
+def _ttl_clause(store: Store, table: str) -> str:
+    """``table``'s TTL expression as the store has it ('' for no table or no TTL). Raises StoreError."""
     sql = (Path(__file__).parent / "table_ttl.sql").read_text()
     text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
-    ttl = text.split(" TTL ", 1)[1] if " TTL " in text else ""
-    match = _TTL_DAYS.search(ttl)
-    return int(match.group(1) or match.group(2)) if match else None
+    if " TTL " not in text:
+        return ""
+    return re.split(r"\s+SETTINGS\s+", text.split(" TTL ", 1)[1], maxsplit=1)[0].strip()
 
 
 _CREATE_NAME = re.compile(r"CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?`?(\w+)`?", re.IGNORECASE)
@@ -169,13 +175,11 @@ def apply_retention(store: Store, retention_days: int, directory: Path = MIGRATI
     """
     if int(retention_days) <= 0:
         raise MigrationError(f"retention_days must be > 0, got {retention_days}")
-    sql = (Path(__file__).parent / "table_ttl.sql").read_text()
     changed = []
     for table in retention_tables(directory):
-        text = store.scalar(sql, {"table": table}, tag="migrate.table_ttl") or ""
-        if " TTL " not in text:
+        ttl = _ttl_clause(store, table)
+        if not ttl:
             continue  # not in this store (dropped by a later migration) or no TTL
-        ttl = re.split(r"\s+SETTINGS\s+", text.split(" TTL ", 1)[1], maxsplit=1)[0].strip()
         match = _RETENTION_TTL.match(ttl)
         if not match:
             raise MigrationError(f"{table}: cannot read the retention in its TTL {ttl!r}")

@@ -36,6 +36,11 @@ class MigrationError(Exception):
     """A migration statement failed; the message names the file, the statement number and its start."""
 
 
+def _split_statements(text: str) -> list[str]:
+    """A migration file's statements: separated by ``;`` at the end of a line (comments kept)."""
+    return re.split(r";[ \t]*(?:\n|$)", text)
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -46,7 +51,7 @@ class Migration:
         """The file's statements, with ``{{retention_days}}`` filled in."""
         text = self.path.read_text()
         text = text.replace("{{retention_days}}", str(int(retention_days)))
-        parts = re.split(r";[ \t]*(?:\n|$)", text)
+        parts = _split_statements(text)
         out = []
         for part in parts:
             body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
@@ -154,7 +159,7 @@ def retention_tables(directory: Path = MIGRATIONS_DIR) -> list[str]:
     names: list[str] = []
     for migration in discover(directory):
         text = migration.path.read_text()
-        for part in re.split(r";[ \t]*(?:\n|$)", text):
+        for part in _split_statements(text):
             match = _CREATE_NAME.search(part)
             if match and "{{retention_days}}" in part and match.group(1) not in names:
                 names.append(match.group(1))

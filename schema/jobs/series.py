@@ -84,8 +84,6 @@ def roll_up_series(store, *, start: datetime, end: datetime) -> None:
             store.command(statement, {"ws": start, "we": end, "s": seconds, "run_id": run_id,
                                       "all": seconds not in last, "hours": hours}, tag="jobs.series_blocks")
     # what this call covered, for the next: marks from a margin before its start are left to it
-    utc = timezone.utc  # aware: the client converts a naive datetime by the host's zone
-    store.insert("ops_series_runs", [(seconds, firsts[seconds].replace(tzinfo=utc),
-                                      (now - SERIES_MARKS_MARGIN).replace(tzinfo=utc), end_hour.replace(tzinfo=utc))
+    store.insert("ops_series_runs", [(seconds, firsts[seconds], now - SERIES_MARKS_MARGIN, end_hour)  # naive UTC
                                      for seconds in SERIES_BLOCKS_S],
                  ["block_seconds", "since", "marks_from", "complete_to"], tag="jobs.series_blocks")

@@ -9,7 +9,7 @@ from infercost.settings import load_settings
 
 @click.command(name="migrate")
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")
-@click.option("--retention-days", type=int, default=None, help="TTL of raw spans and metric points, days.")
+@click.option("--retention-days", type=int, default=None, help="Retention in days (TTL of raw spans, metric points and the cost tables); applied to existing tables too.")
 def command(clickhouse_url, retention_days):
     """Create or upgrade the ClickHouse schema and apply the retention setting to the stored tables
     (their TTL: a shorter one drops the rows now older). Running it twice changes nothing."""

@@ -5,14 +5,18 @@ The figures are computed by hand from tests/dashboard_seed.tiny_scenario's docst
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
 
+from collectors.ingest import insert_metric_rows, insert_trace_payloads
+from collectors.scraper import ScrapeTarget, parse_metrics_text
 from conftest import drop_store, new_store
 from dashboard_seed import MODEL, stop_periodic_jobs, tiny_scenario
 from schema.queries import ops
+from vllm_captured import captured_metrics_text, captured_spans
 
 UTC = timezone.utc
 
@@ -105,6 +109,36 @@ def test_series_finish_reasons_status_and_filter_values(tiny):
     assert (st.engine_calls, st.calls, st.spans, st.gauge_points) == (1, 14, 17, 8)
     assert st.last_gauge is None and st.last_span is None  # nothing in the last 24 h of the wall clock
     assert ops.filter_values(store, w["start"], w["end"])["tenants"] == ["acme"]
+
+
+def _utc_us(ns: int) -> datetime:
+    """A Unix time in ns as a UTC datetime, truncated to µs without passing through a float."""
+    return datetime.fromtimestamp(ns // 10**9, UTC) + timedelta(microseconds=ns // 1000 % 10**6)
+
+
+def test_ingest_status_newest_span_and_gauge_of_the_last_day(store):
+    """The captured vLLM span and /metrics page, stored twice each: once 23 h ago (yesterday's or
+    today's partition, by the hour this runs) and once 3 days ago. The newest span is the recent
+    copy's start; a gauge scraped 25 h ago is older than a day: None."""
+    now_ns = time.time_ns()
+    recent_ns, old_ns = now_ns - 23 * 3600 * 10**9, now_ns - 3 * 86400 * 10**9
+    payloads = []
+    for shift, start_ns in (("aa", recent_ns), ("bb", old_ns)):
+        req = captured_spans()
+        for rs in req.resource_spans:
+            for span in rs.scope_spans[0].spans:
+                length = span.end_time_unix_nano - span.start_time_unix_nano
+                span.trace_id = bytes.fromhex(shift) + span.trace_id[1:]
+                span.start_time_unix_nano, span.end_time_unix_nano = start_ns, start_ns + length
+        payloads.append(req.SerializeToString())
+    insert_trace_payloads(store, payloads)
+    target = ScrapeTarget(url="http://replica-1:8000/metrics", replica="replica-1")
+    insert_metric_rows(store, parse_metrics_text(captured_metrics_text(), target, now_ns - 25 * 3600 * 10**9))
+    st = ops.ingest_status(store)
+    assert st.last_span == _utc_us(recent_ns)
+    assert st.gauge_points > 0 and st.last_gauge is None
+    insert_metric_rows(store, parse_metrics_text(captured_metrics_text(), target, recent_ns))
+    assert ops.ingest_status(store).last_gauge == _utc_us(recent_ns)
 
 
 def test_empty_store_and_bad_input(store):

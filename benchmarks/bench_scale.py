@@ -14,7 +14,8 @@ roots, vLLM gauges every 15 s on 16 replicas), then, on that store:
   :func:`collectors.ingest.insert_trace_payloads` into the store already holding N calls: seconds
   and CPU-seconds of this process (chDB runs in it) per 100k spans;
 * **cost jobs**: the trailing 2 h window run (median of 3) and the 7-day recompute (``schema.jobs.run_jobs``,
-  two workers, a line per day chunk as it finishes), wall seconds;
+  two workers, a line per day chunk as it finishes), wall seconds; the recompute's process CPU-seconds
+  and the process's peak resident memory during it (MiB, sampled; chDB runs in this process);
 * **pages**: the sum of the panel p50s of each dashboard page (``bench_dashboard.panels``) at 1 h and
   7 days, after the cost jobs filled the cost tables.
 
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import bench_cost  # noqa: E402
 from benchmarks import bench_dashboard as dash  # noqa: E402
 from benchmarks import bench_ingest as ingest  # noqa: E402
 from schema import jobs  # noqa: E402
@@ -89,8 +91,11 @@ def run_size(n: int, reps: int, bodies: list[bytes]) -> dict:
             f"replicas:\n{replicas}\n"))
         # wall seconds (elapsed_s): total_seconds sums the workers' statements and overstated both
         # figures before issue 18's jobs branch
-        recompute_s = jobs.run_jobs(store, start=end - timedelta(days=DAYS), end=end,
-                                    progress=lambda text: print(f"  recomputed {text}", flush=True)).elapsed_s
+        cpu0 = time.process_time()
+        with bench_cost.PeakRSS() as rss:  # chDB runs in this process: its memory is ours
+            recompute_s = jobs.run_jobs(store, start=end - timedelta(days=DAYS), end=end,
+                                        progress=lambda text: print(f"  recomputed {text}", flush=True)).elapsed_s
+        recompute_cpu_s = time.process_time() - cpu0
         trailing_s = statistics.median(jobs.run_jobs(store, start=end - timedelta(hours=2), end=end).elapsed_s
                                        for _ in range(3))
         pages: dict[str, float] = {}
@@ -101,6 +106,7 @@ def run_size(n: int, reps: int, bodies: list[bytes]) -> dict:
         store.close()
     return {"calls": n, "build_s": build_s, "baseline_ms": base, "ingest_s_per_100k_spans": ingest_wall,
             "ingest_cpu_s_per_100k_spans": ingest_cpu, "trailing_2h_s": trailing_s, "recompute_7d_s": recompute_s,
+            "recompute_7d_cpu_s": recompute_cpu_s, "recompute_peak_rss_mib": rss.peak / 2**20,
             **{f"page_ms {k}": v for k, v in pages.items()}}
 
 

@@ -194,3 +194,48 @@ def test_two_workers_write_what_one_worker_writes_after_a_weight_change(store):
     assert store.scalar("SELECT count() FROM reconciliation_runs", tag="test.read") == 0
     assert store.scalar("SELECT count() FROM engine_counters_runs", tag="test.read") == 0
     assert store.scalar("SELECT count() FROM replica_gauges_runs", tag="test.read") == 0
+
+
+def test_chunk_windows_cut_a_crowded_day_at_whole_hours_by_calls():
+    """Hand-computed: 12 hours of 100 calls then 12 of 300 (4,800); at most 2,000 a chunk -> 3 pieces,
+    cut at the boundaries whose calls before are nearest 1,600 (13:00: 1,500) and 3,200 (19:00: 3,000)."""
+    day = datetime(2026, 11, 2)
+    hourly = {day + timedelta(hours=h): 100 if h < 12 else 300 for h in range(24)}
+    got = jobs.chunk_windows(day, day + timedelta(days=1), timedelta(days=1), hourly, 2000)
+    assert got == [(day, day + timedelta(hours=13)), (day + timedelta(hours=13), day + timedelta(hours=19)),
+                   (day + timedelta(hours=19), day + timedelta(days=1))]
+    # no limit, or a day under it: day chunks as before
+    assert jobs.chunk_windows(day, day + timedelta(days=2), timedelta(days=1), hourly, None) == [
+        (day, day + timedelta(days=1)), (day + timedelta(days=1), day + timedelta(days=2))]
+    assert jobs.chunk_windows(day, day + timedelta(days=1), timedelta(days=1), hourly, 4800) == [
+        (day, day + timedelta(days=1))]
+    # one hour over the limit is never cut: it becomes a chunk of its own
+    crowded = {day: 5000, day + timedelta(hours=1): 10}
+    assert jobs.chunk_windows(day, day + timedelta(hours=2), timedelta(days=1), crowded, 1000) == [
+        (day, day + timedelta(hours=1)), (day + timedelta(hours=1), day + timedelta(hours=2))]
+    # a window not on the hour keeps its ends; the cut is at 02:00 (200 calls before it of 400)
+    even = {day + timedelta(hours=h): 100 for h in range(4)}
+    start, end = day + timedelta(minutes=30), day + timedelta(hours=3, minutes=30)
+    assert jobs.chunk_windows(start, end, timedelta(days=1), even, 250) == [
+        (start, day + timedelta(hours=2)), (day + timedelta(hours=2), end)]
+
+
+def test_a_call_limit_splits_chunks_and_writes_what_chunks_of_that_length_write(store):
+    """The seeded 36 h (3,000 llm_calls rows, ~1,000 per 12 h) with at most 400 calls a chunk: each
+    12 h chunk is cut in three at whole hours, 4 h each, and the history equals a run in 4 h chunks."""
+    end = T0 + SPAN
+    jobs.stop(store)
+    _seed(store, end)
+    sync_fleet(store, parse_fleet(FLEET.format(w_decode=1.0)))
+    said = []
+    run = jobs.run_jobs(store, start=end - SPAN, end=end, chunk=timedelta(hours=12), max_chunk_calls=400,
+                        progress=said.append)
+    assert run.chunks == 9
+    starts = [datetime.fromisoformat(s.split(" .. ")[0]) for s in said]
+    assert starts == [end - SPAN + timedelta(hours=4 * i) for i in range(9)]
+    limited = _history(store)
+    assert jobs.run_jobs(store, start=end - SPAN, end=end, chunk=timedelta(hours=4), max_chunk_calls=None).chunks == 9
+    _assert_same(limited, _history(store))
+    assert len(limited["call_costs_history"]) > 1000
+    with pytest.raises(ValueError, match="max_chunk_calls"):
+        jobs.run_jobs(store, start=end - SPAN, end=end, max_chunk_calls=0)

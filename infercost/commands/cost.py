@@ -119,7 +119,8 @@ def render_task(task: dict | None, calls) -> str:
 @click.option("--by", "by", type=click.Choice(["task_type", "tenant", "model", "replica"]), default=None,
               help="Group the summary.")
 @click.option("--recompute", is_flag=True,
-              help="Recompute the whole period (backfill, e.g. after a price change) instead of the trailing window.")
+              help="Recompute the whole period (backfill, e.g. after a price change) instead of the trailing window: "
+                   "in day chunks, a day of more than 2M calls cut at whole hours to bound memory; progress per chunk.")
 @click.option("--fleet", "fleet_file", type=click.Path(dir_okay=False), default=None,
               help="fleet.yaml to validate and sync first (default: INFERCOST_FLEET_FILE, fleet.yaml if present).")
 @click.option("--clickhouse-url", default=None, help="Store URL (default: INFERCOST_CLICKHOUSE_URL or the embedded store).")

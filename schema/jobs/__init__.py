@@ -11,7 +11,8 @@ UTC minutes). Two runners call the same views:
   (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave it
   into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
   history below ``cost_watermark``, live from it on.
-* **Explicit** — :func:`run_jobs` (this module): for ``[start, end)``, in chunks of a day, it
+* **Explicit** — :func:`run_jobs` (this module): for ``[start, end)``, in chunks of a day (cut at
+  whole hours where a day holds more than ``DEFAULT_MAX_CHUNK_CALLS`` calls), it
   replaces the history rows of each chunk with the job views' output and raises the watermark to
   the chunk's end; two workers run the steps that do not depend on each other at once
   (:mod:`schema.jobs.schedule`). Its statements read the views' stored queries written out in place
@@ -49,6 +50,13 @@ REFRESH_VIEWS = (
 DEFAULT_CHUNK = timedelta(days=1)
 # Statements at once (one client each): the machines we measure on have 2 cores.
 DEFAULT_WORKERS = 2
+# Calls (llm_calls rows) a chunk of a long run may hold before it is split at whole hours: a run's
+# peak memory grows ~1.2 KiB per call of its largest chunk (benchmarks/bench_scale.py on 2 cores:
+# 852 MiB at 143k calls a day, 1,182 MiB at 429k, 2,434 MiB at 1.43M), so 2M keeps a recompute near
+# 3 GiB however many calls a day holds, and leaves day chunks (fewer fixed costs) up to 2M a day.
+DEFAULT_MAX_CHUNK_CALLS = 2_000_000
+# Windows up to this long are never split (no count query): the periodic trailing window is 2 h.
+SPLIT_FROM = timedelta(hours=6)
 
 
 @dataclass
@@ -90,8 +98,66 @@ def window_setting(store) -> int:
     return int(store.scalar(sql, tag="jobs.window") or 7200)
 
 
+def chunk_windows(start: datetime, end: datetime, chunk: timedelta, hourly_calls: dict[datetime, int] | None = None,
+                  max_chunk_calls: int | None = None) -> list[tuple[datetime, datetime]]:
+    """The consecutive windows an explicit run over ``[start, end)`` is cut into: ``chunk`` long (the
+    last shorter), and each window holding more than ``max_chunk_calls`` calls by ``hourly_calls``
+    (calls per UTC hour start, naive) cut again at whole hours into ``k = ceil(calls / max)`` pieces
+    of about equal calls (each cut at the hour boundary whose running count is nearest ``j/k`` of the
+    window's). A single hour is never cut, so an hour over the limit stays one window.
+
+    Returns:
+        ``[(start, end), ...]`` naive UTC datetimes, covering ``[start, end)`` without gap or overlap.
+    """
+    windows = []
+    ws = start
+    while ws < end:
+        windows.append((ws, min(ws + chunk, end)))
+        ws = windows[-1][1]
+    if not max_chunk_calls or not hourly_calls:
+        return windows
+    out = []
+    for ws, we in windows:
+        # the window's hour boundaries strictly inside it, and the calls before each
+        first = ws.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+        bounds = []
+        b = first
+        while b < we:
+            bounds.append(b)
+            b += timedelta(hours=1)
+        hour_calls = [hourly_calls.get(h, 0) for h in [ws.replace(minute=0, second=0, microsecond=0)] + bounds]
+        total = sum(hour_calls)
+        pieces = -(-total // max_chunk_calls)
+        if pieces <= 1 or not bounds:
+            out.append((ws, we))
+            continue
+        before, running = [], 0  # calls before each boundary
+        for n in hour_calls[:-1]:
+            running += n
+            before.append(running)
+        cuts, lo = [], 0
+        for j in range(1, pieces):
+            target = total * j / pieces
+            candidates = range(lo, len(bounds))
+            if not candidates:
+                break
+            best = min(candidates, key=lambda i: (abs(before[i] - target), i))
+            cuts.append(bounds[best])
+            lo = best + 1
+        edges = [ws, *cuts, we]
+        out.extend(zip(edges[:-1], edges[1:]))
+    return out
+
+
+def _hourly_calls(store, start: datetime, end: datetime) -> dict[datetime, int]:
+    rows = store.query((JOBS_DIR / "chunk_calls.sql").read_text(), {"ws": start, "we": end},
+                       tag="jobs.chunk_calls").result_rows
+    return {_minute(hour): int(calls) for hour, calls in rows}
+
+
 def run_jobs(store, *, start: datetime | None = None, end: datetime | None = None,
-             chunk: timedelta = DEFAULT_CHUNK, progress=None, workers: int = DEFAULT_WORKERS) -> JobRun:
+             chunk: timedelta = DEFAULT_CHUNK, progress=None, workers: int = DEFAULT_WORKERS,
+             max_chunk_calls: int | None = DEFAULT_MAX_CHUNK_CALLS) -> JobRun:
     """Recompute the cost tables for the window ``[start, end)`` (UTC; rounded out to whole minutes).
 
     Args:
@@ -102,6 +168,10 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
             so a 30-day backfill never holds one huge statement (memory per statement is bounded
             by a chunk's calls). Abandonment in a chunk is judged at that chunk's end, as the
             periodic job would have.
+        max_chunk_calls: a chunk holding more calls than this (``llm_calls`` rows by end time) is
+            cut at whole hours into chunks of about equal calls (:func:`chunk_windows`), so a
+            run's memory stays bounded as the calls per day grow; None: never. Windows of at most
+            :data:`SPLIT_FROM` are not counted nor cut.
         progress: optional callable(str) told about each chunk when it is done:
             ``"<start> .. <end> (chunk i/n, <rows> call-minute rows, <s> s)"``.
         workers: statements run at once, each on its own client (``Store.clone``): 1 = one after
@@ -123,11 +193,11 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
         raise ValueError(f"job window is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     began = time.perf_counter()
     result = JobRun(start, end)
-    windows = []
-    chunk_start = start
-    while chunk_start < end:
-        windows.append((chunk_start, min(chunk_start + chunk, end)))
-        chunk_start = windows[-1][1]
+    split = max_chunk_calls is not None and end - start > SPLIT_FROM
+    if max_chunk_calls is not None and max_chunk_calls < 1:
+        raise ValueError(f"max_chunk_calls must be at least 1, got {max_chunk_calls}")
+    windows = chunk_windows(start, end, chunk, _hourly_calls(store, start, end) if split else None,
+                            max_chunk_calls)
     result.chunks = len(windows)
     # run_id keys a chunk's scratch rows (resolved_calls_runs, reconciliation_runs: one partition
     # each, dropped when the chunk's jobs have read them); unique per process and chunk

@@ -52,8 +52,9 @@ DEFAULT_CHUNK = timedelta(days=1)
 DEFAULT_WORKERS = 2
 # Calls (llm_calls rows) a chunk of a long run may hold before it is split at whole hours: a run's
 # peak memory grows ~1.2 KiB per call of its largest chunk (benchmarks/bench_scale.py on 2 cores:
-# 852 MiB at 143k calls a day, 1,182 MiB at 429k, 2,434 MiB at 1.43M), so 2M keeps a recompute near
-# 3 GiB however many calls a day holds, and leaves day chunks (fewer fixed costs) up to 2M a day.
+# 852 MiB at 143k calls a day, 1,182 MiB at 429k, 2,434 MiB at 1.43M; 2,535 MiB at 30M calls in 8 h
+# chunks), so 2M keeps a recompute near 3 GiB by that slope however many calls a day holds, and
+# leaves day chunks (fewer fixed costs) up to 2M a day.
 DEFAULT_MAX_CHUNK_CALLS = 2_000_000
 # Windows up to this long are never split (no count query): the periodic trailing window is 2 h.
 SPLIT_FROM = timedelta(hours=6)
@@ -193,9 +194,9 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
         raise ValueError(f"job window is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     began = time.perf_counter()
     result = JobRun(start, end)
-    split = max_chunk_calls is not None and end - start > SPLIT_FROM
     if max_chunk_calls is not None and max_chunk_calls < 1:
         raise ValueError(f"max_chunk_calls must be at least 1, got {max_chunk_calls}")
+    split = max_chunk_calls is not None and end - start > SPLIT_FROM
     windows = chunk_windows(start, end, chunk, _hourly_calls(store, start, end) if split else None,
                             max_chunk_calls)
     result.chunks = len(windows)

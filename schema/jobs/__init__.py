@@ -27,6 +27,7 @@ history rows are deleted as patch parts and scratch rows by partition (migration
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -119,23 +120,17 @@ def chunk_windows(start: datetime, end: datetime, chunk: timedelta, hourly_calls
         return windows
     out = []
     for ws, we in windows:
-        # the window's hour boundaries strictly inside it, and the calls before each
-        first = ws.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        bounds = []
-        b = first
-        while b < we:
-            bounds.append(b)
-            b += timedelta(hours=1)
-        hour_calls = [hourly_calls.get(h, 0) for h in [ws.replace(minute=0, second=0, microsecond=0)] + bounds]
+        hour0 = ws.replace(minute=0, second=0, microsecond=0)
+        bounds = []  # the window's hour boundaries strictly inside it
+        while hour0 + timedelta(hours=len(bounds) + 1) < we:
+            bounds.append(hour0 + timedelta(hours=len(bounds) + 1))
+        hour_calls = [hourly_calls.get(hour0 + timedelta(hours=i), 0) for i in range(len(bounds) + 1)]
         total = sum(hour_calls)
         pieces = -(-total // max_chunk_calls)
         if pieces <= 1 or not bounds:
             out.append((ws, we))
             continue
-        before, running = [], 0  # calls before each boundary
-        for n in hour_calls[:-1]:
-            running += n
-            before.append(running)
+        before = list(itertools.accumulate(hour_calls[:-1]))  # calls before each boundary
         cuts, lo = [], 0
         for j in range(1, pieces):
             target = total * j / pieces

@@ -39,7 +39,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schema.jobs import JOBS_DIR
+from schema.jobs import JOBS_DIR, sql_statements
 
 _REPLICA_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 
@@ -316,6 +316,4 @@ def sync_fleet(store, fleet: Fleet) -> dict[str, int]:
 
 
 def _fleet_clear() -> list[str]:
-    text = (JOBS_DIR / "fleet_clear.sql").read_text()
-    return [part.strip() for part in re.split(r";[ \t]*(?:\n|$)", "\n".join(
-        line for line in text.splitlines() if not line.strip().startswith("--"))) if part.strip()]
+    return sql_statements(JOBS_DIR / "fleet_clear.sql")

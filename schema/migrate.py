@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from schema.sqltext import split_statements
 from schema.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,6 @@ class MigrationError(Exception):
     """A migration statement failed; the message names the file, the statement number and its start."""
 
 
-def _split_statements(text: str) -> list[str]:
-    """A migration file's statements: separated by ``;`` at the end of a line (comments kept)."""
-    return re.split(r";[ \t]*(?:\n|$)", text)
-
-
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -49,15 +45,7 @@ class Migration:
 
     def statements(self, retention_days: int) -> list[str]:
         """The file's statements, with ``{{retention_days}}`` filled in."""
-        text = self.path.read_text()
-        text = text.replace("{{retention_days}}", str(int(retention_days)))
-        parts = _split_statements(text)
-        out = []
-        for part in parts:
-            body = "\n".join(line for line in part.splitlines() if not line.strip().startswith("--")).strip()
-            if body:
-                out.append(body)
-        return out
+        return split_statements(self.path.read_text().replace("{{retention_days}}", str(int(retention_days))))
 
     @property
     def checksum(self) -> str:
@@ -159,7 +147,7 @@ def retention_tables(directory: Path = MIGRATIONS_DIR) -> list[str]:
     names: list[str] = []
     for migration in discover(directory):
         text = migration.path.read_text()
-        for part in _split_statements(text):
+        for part in split_statements(text):
             match = _CREATE_NAME.search(part)
             if match and "{{retention_days}}" in part and match.group(1) not in names:
                 names.append(match.group(1))

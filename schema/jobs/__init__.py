@@ -299,11 +299,20 @@ def refresh(store) -> None:
     """Run the periodic chain of refreshable materialized views once now and wait for it.
 
     Uses ``SYSTEM REFRESH VIEW`` / ``SYSTEM WAIT VIEW`` view by view in dependency order (works on
-    chDB in an Atomic database and on a server). Raises StoreError if a refresh fails (the
-    message carries the view's exception).
+    chDB in an Atomic database and on a server). A stopped chain (:func:`stop`) would hold the
+    request until it is started, so it is started for the run and stopped again (a run it missed
+    while stopped may fire at the start too: runs of the same data give the same rows). Raises
+    StoreError if a refresh fails (the message carries the view's exception).
     """
-    for statement in _statements("refresh"):
-        store.command(statement, tag="jobs.refresh")
+    stopped = bool((status(store)["status"] == "Disabled").any())
+    if stopped:
+        start(store)
+    try:
+        for statement in _statements("refresh"):
+            store.command(statement, tag="jobs.refresh")
+    finally:
+        if stopped:
+            stop(store)
 
 
 def stop(store) -> None:

@@ -59,17 +59,28 @@ def distribution(df: pd.DataFrame) -> alt.Chart:
             .properties(height=240))
 
 
+def queries(view, bucket_s: int, replica: str) -> dict[str, tuple]:
+    """The view's named queries for ``view``, as ``(path, args, kwargs)`` (:func:`app.ui.prefetch`)."""
+    filters = view.query_filters()
+    return {
+        "gauges": ("schema.queries.ops_engine:gauge_replica_series", (view.start, view.end, bucket_s, filters), {}),
+        "counters": ("schema.queries.ops_engine:engine_counters", (view.start, view.end, bucket_s, filters), {}),
+        "histograms": ("schema.queries.ops_engine:latency_histograms",
+                       (view.start, view.end, bucket_s, replica, filters), {}),
+        "scrapes": ("schema.queries.ops_engine:scrape_health", (view.start, view.end), {}),
+    }
+
+
 def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None:
     """Draw the engine view for ``view`` (filters; live ranges refreshed by the caller)."""
     from schema.queries.ops_engine import HEATMAPS, PHASES
 
-    filters = view.query_filters()
+    q = queries(view, bucket_s, replica)
     st.subheader(f"vLLM engine · whole range ({ui.range_label(view)})")
     st.caption(f"From the replicas' scraped /metrics (vLLM's own counters, gauges and histograms), "
                f"{charts.bucket_text(bucket_s)} buckets; times in {ui.tz_label()}."
                + (f" Replica {replica} only." if replica else ""))
-    gauges = _replica_rows(ui.query("schema.queries.ops_engine:gauge_replica_series", view.start, view.end,
-                                    bucket_s, filters, live=True), replica)
+    gauges = _replica_rows(ui.ask(q["gauges"], live=True), replica)
     gauges = ui.to_viewer(gauges, ["bucket"], naive=True)
     left, right = st.columns(2)
     with left:
@@ -78,8 +89,7 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
     with right:
         gauges["kv_pct"] = pd.to_numeric(gauges["kv_usage"], errors="coerce") * 100
         _per_replica(gauges, "bucket", "kv_pct", "KV-cache use by replica (%)", "%", annotations)
-    counters = _replica_rows(ui.query("schema.queries.ops_engine:engine_counters", view.start, view.end, bucket_s,
-                                      filters, live=True), replica)
+    counters = _replica_rows(ui.ask(q["counters"], live=True), replica)
     counters = ui.to_viewer(counters, ["bucket"], naive=True)
     if len(counters):
         fleet = counters.groupby("bucket", as_index=False)[
@@ -105,8 +115,7 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
         st.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
 
     st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
-    hist = ui.query("schema.queries.ops_engine:latency_histograms", view.start, view.end, bucket_s, replica, filters,
-                    live=True)
+    hist = ui.ask(q["histograms"], live=True)
     cols = st.columns(len(HEATMAPS))
     for col, (metric, label) in zip(cols, HEATMAPS.items()):
         with col:
@@ -126,7 +135,7 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
         st.caption("No queue / prefill / decode histograms in this range.")
 
     st.markdown("**Scrape health per target**")
-    health = ui.query("schema.queries.ops_engine:scrape_health", view.start, view.end, live=True)
+    health = ui.ask(q["scrapes"], live=True)
     if not len(health):
         st.caption("No scrape recorded in this range (the /metrics scraper writes an `up` gauge per scrape).")
     else:

@@ -12,6 +12,7 @@ import importlib
 import logging
 import os
 import secrets
+import threading
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -106,6 +107,48 @@ def query(path: str, *args, live: bool = False, **kwargs):
     store = store_provider.get_store()
     fn = _cached_live if live else _cached_slow
     return fn(store, store_provider.store_key(), path, args, kwargs)
+
+
+def ask(call, *, live: bool = False):
+    """:func:`query` of one ``(path, args, kwargs)`` triple, the form :func:`prefetch` takes."""
+    path, args, kwargs = call
+    return query(path, *args, live=live, **kwargs)
+
+
+# Named queries a page runs at once (prefetch): two clients, as the machines we measure on have 2 cores.
+_PREFETCH = None
+_PREFETCH_LOCK = threading.Lock()
+
+
+def prefetch(calls, *, live: bool = False) -> None:
+    """Run the named queries ``calls`` — ``(path, args, kwargs)`` triples, as :func:`query` takes them
+    — on :data:`app.store_provider.READERS` extra clients at once, and wait for them. Each result lands in
+    :func:`query`'s cache, so the page's own ``query(path, *args, **kwargs)`` calls that follow read it
+    instead of running one statement after another (a live page's queries are independent; ClickHouse
+    plans and runs a small query on one core). Returns nothing and raises nothing: a query that fails
+    is not cached, so the page's own call runs it again and shows its error where the panel is."""
+    global _PREFETCH
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    if not calls:
+        return
+    key = store_provider.store_key()
+    fn = _cached_live if live else _cached_slow
+    with _PREFETCH_LOCK:
+        if _PREFETCH is None:
+            _PREFETCH = ThreadPoolExecutor(max_workers=store_provider.READERS, thread_name_prefix="app-prefetch")
+        pool = _PREFETCH
+
+    def run(path, args, kwargs):
+        # no script context in these threads: the cached functions draw nothing, and st.cache_data's
+        # store is the process's
+        try:
+            with store_provider.reader() as client:
+                fn(client, key, path, tuple(args), dict(kwargs))
+        except Exception:  # the page's own call raises it where the panel is drawn
+            log.debug("prefetch of %s failed", path, exc_info=True)
+
+    wait([pool.submit(run, path, args, kwargs) for path, args, kwargs in calls])
 
 
 def optional_function(path: str):

@@ -84,11 +84,25 @@ TILES = [
 ]
 
 
-def tiles(view: filters.Filters):
+def queries(view: filters.Filters, bucket_s: int) -> dict[str, tuple]:
+    """This run's named queries, as ``(path, args, kwargs)``: independent of one another, so
+    :func:`app.ui.prefetch` runs them at once before the panels read them (the replica table's health
+    query needs the tiles' gauge rows and runs after them)."""
+    start, qf = view.end - timedelta(seconds=window_s), view.query_filters()
+    q = {"notes": ("schema.queries.ops_engine:alert_annotations", (view.start, view.end), {}),
+         "tiles": ("schema.queries.ops:fleet_tiles", (start, view.end, qf), {})}
+    if view_key == "engine":
+        return q | engine_view.queries(view, bucket_s, replica)
+    return q | {"series": ("schema.queries.ops:latency_series", (view.start, view.end, bucket_s, qf), {}),
+                "gauges": ("schema.queries.ops:gauge_series", (view.start, view.end, bucket_s, qf), {}),
+                "finish": ("schema.queries.ops:finish_reasons", (start, view.end, qf), {})}
+
+
+def tiles(view: filters.Filters, q: dict):
     """The fleet tiles; returns their :class:`schema.queries.ops.FleetTiles` (the replica table reuses
     its gauge rows)."""
     start = view.end - timedelta(seconds=window_s)
-    t = ui.query("schema.queries.ops:fleet_tiles", start, view.end, view.query_filters(), live=True)
+    t = ui.ask(q["tiles"], live=True)
     st.caption(f"Window {ui.local_time(start, '%H:%M:%S')} – {ui.local_time(view.end, '%H:%M:%S')} "
                f"({ui.tz_label()}) vs the {window_label} before it.")
     for row in (TILES[:6], TILES[6:]):
@@ -106,7 +120,7 @@ def tiles(view: filters.Filters):
     return t
 
 
-def replica_table(view: filters.Filters, bucket_s: int, gauges: pd.DataFrame | None = None) -> None:
+def replica_table(view: filters.Filters, q: dict, gauges: pd.DataFrame | None = None) -> None:
     st.subheader(f"Replica health · last {window_label}")
     st.caption(f"Figures over the tile window ({window_label} ending {ui.local_time(view.end, '%H:%M')}); "
                "the TTFT trend column spans the whole range.")
@@ -116,8 +130,7 @@ def replica_table(view: filters.Filters, bucket_s: int, gauges: pd.DataFrame | N
     if not len(health):
         ui.empty_state("No replica reported in this window.", ui.no_spans_hint())
         return
-    series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
-                      live=True)
+    series = ui.ask(q["series"], live=True)
     per_replica = series[series["replica"] != ""]
     spark = {r: [None if pd.isna(v) else round(float(v) * 1000, 1) for v in g.sort_values("bucket")["ttft_p95_s"]]
              for r, g in per_replica.groupby("replica")}
@@ -159,14 +172,12 @@ def replica_table(view: filters.Filters, bucket_s: int, gauges: pd.DataFrame | N
                    icon=":material/warning:")
 
 
-def time_series(view: filters.Filters, bucket_s: int, notes) -> None:
+def time_series(view: filters.Filters, bucket_s: int, q: dict, notes) -> None:
     st.subheader(f"Latency and load over time · whole range ({filters.PRESETS.get(view.preset, ('custom',))[0].lower()})")
     st.caption(f"Quantiles over the requests of each {fmt.seconds(bucket_s) if bucket_s < 60 else f'{bucket_s // 60} min'} "
                f"bucket (never lifetime averages); times in {ui.tz_label()}.")
-    series = ui.query("schema.queries.ops:latency_series", view.start, view.end, bucket_s, view.query_filters(),
-                      live=True)
-    gauges = ui.query("schema.queries.ops:gauge_series", view.start, view.end, bucket_s, view.query_filters(),
-                      live=True)
+    series = ui.ask(q["series"], live=True)
+    gauges = ui.ask(q["gauges"], live=True)
     if not len(series) and not len(gauges):
         ui.empty_state("No engine requests or gauges in this time range.", "Widen the time range.")
         return
@@ -232,10 +243,9 @@ def zoom_chart(chart, notes) -> None:
             filters.zoom_to(start, end)
 
 
-def finish_reasons(view: filters.Filters) -> None:
+def finish_reasons(q: dict) -> None:
     st.subheader(f"Finish reasons · last {window_label}")
-    start = view.end - timedelta(seconds=window_s)
-    df = ui.query("schema.queries.ops:finish_reasons", start, view.end, view.query_filters(), live=True)
+    df = ui.ask(q["finish"], live=True)
     if not len(df):
         ui.empty_state(f"No engine request finished in the last {window_label}.")
         return
@@ -251,16 +261,17 @@ def finish_reasons(view: filters.Filters) -> None:
 def live_panel() -> None:
     view = f.refreshed()
     bucket_s = charts.series_bucket(view.seconds)
+    q = queries(view, bucket_s)
     try:
-        notes = ui.to_viewer(ui.query("schema.queries.ops_engine:alert_annotations", view.start, view.end, live=True),
-                             ["start", "end"], naive=True)
-        t = tiles(view)
+        ui.prefetch(list(q.values()), live=True)
+        notes = ui.to_viewer(ui.ask(q["notes"], live=True), ["start", "end"], naive=True)
+        t = tiles(view, q)
         if view_key == "engine":
             engine_view.render(view, bucket_s, replica, notes)
         else:
-            replica_table(view, bucket_s, t.raw.get("gauges"))
-            time_series(view, bucket_s, notes)
-            finish_reasons(view)
+            replica_table(view, q, t.raw.get("gauges"))
+            time_series(view, bucket_s, q, notes)
+            finish_reasons(q)
         if len(notes):
             st.caption(f"Red bands on the charts: {len(notes)} alert(s) firing in this range "
                        f"({', '.join(sorted(set(fmt.md_escape(x) for x in notes['label'])))[:300]}).")

@@ -125,8 +125,9 @@ def prefetch(calls, *, live: bool = False) -> None:
     — on :data:`app.store_provider.READERS` extra clients at once, and wait for them. Each result lands in
     :func:`query`'s cache, so the page's own ``query(path, *args, **kwargs)`` calls that follow read it
     instead of running one statement after another (a live page's queries are independent; ClickHouse
-    plans and runs a small query on one core). Returns nothing and raises nothing: a query that fails
-    is not cached, so the page's own call runs it again and shows its error where the panel is."""
+    plans and runs a small query on one core). Returns nothing; raises only
+    :class:`app.store_provider.NoStore` (no store at all): a query that fails is not cached, so the page's
+    own call runs it again and shows its error where the panel is."""
     global _PREFETCH
     from concurrent.futures import ThreadPoolExecutor, wait
 

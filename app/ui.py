@@ -8,6 +8,7 @@ Every figure on a page comes from a function of ``schema.queries.*`` called thro
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib
 import logging
 import os
@@ -127,7 +128,8 @@ def prefetch(calls, *, live: bool = False) -> None:
     instead of running one statement after another (a live page's queries are independent; ClickHouse
     plans and runs a small query on one core). Returns nothing; raises only
     :class:`app.store_provider.NoStore` (no store at all): a query that fails is not cached, so the page's
-    own call runs it again and shows its error where the panel is."""
+    own call runs it again and shows its error where the panel is. Each call runs in a copy of the
+    caller's context (``contextvars``), so a page's context-scoped state applies to it."""
     global _PREFETCH
     from concurrent.futures import ThreadPoolExecutor, wait
 
@@ -149,7 +151,9 @@ def prefetch(calls, *, live: bool = False) -> None:
         except Exception:  # the page's own call raises it where the panel is drawn
             log.debug("prefetch of %s failed", path, exc_info=True)
 
-    wait([pool.submit(run, path, args, kwargs) for path, args, kwargs in calls])
+    # each call in its own copy of this thread's context: a page's context-scoped sharing (the cost
+    # queries' schema.queries.cost.shared_spans) holds in the pool's threads too
+    wait([pool.submit(contextvars.copy_context().run, run, path, args, kwargs) for path, args, kwargs in calls])
 
 
 def optional_function(path: str):

@@ -92,3 +92,31 @@ def test_the_readers_are_closed_when_the_store_is_replaced(served, store):
     with pytest.raises(store_provider.NoStore):
         with store_provider.reader():
             pass
+
+
+def test_the_cost_queries_prefetched_share_the_pages_rollup_spans(served):
+    """The cost page prefetches inside its shared_spans block (app/main.py): the pool's threads run in a
+    copy of the page's context, so the spans they read are the page's, keyed by store, not by client."""
+    from schema.queries import cost
+
+    end = datetime.now(timezone.utc).replace(tzinfo=None, minute=0, second=0, microsecond=0)
+    start = end - timedelta(hours=2)
+    calls = [("schema.queries.cost:period_summaries", (start, end, ("", "tenant"), {}), {"previous": True}),
+             ("schema.queries.cost:cpst_trend", (start, end, 3600), {}),
+             ("schema.queries.cost:data_quality", (start, end), {})]
+    with cost.shared_spans():
+        ui.prefetch(calls)
+        shared = cost._SPANS.get()
+        # the threads' span reads landed in the page's block: one window read for the store (its clients
+        # are one store), the ranges answered from it
+        assert [k for k in shared if k[0] == "windows"] == [("windows", (served.url, served.database))]
+        assert (((served.url, served.database), start, end, 0)) in shared
+        before = served.stats.calls
+        got = [ui.ask(call) for call in calls]
+        assert served.stats.calls == before  # from the cache the prefetch filled
+    pd.testing.assert_frame_equal(got[1], cost.cpst_trend(served, start, end, 3600))
+    pd.testing.assert_frame_equal(got[2], cost.data_quality(served, start, end))
+    alone = cost.period_summaries(served, start, end, ("", "tenant"), {}, previous=True)
+    assert got[0].keys() == alone.keys()
+    for key in alone:
+        pd.testing.assert_frame_equal(got[0][key], alone[key])

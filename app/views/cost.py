@@ -21,12 +21,30 @@ if ui.optional_function("schema.queries.cost:period_summaries") is None:
     st.stop()
 
 BREAKDOWNS = ("task_type", "tenant", "model")
-try:
+FILTERED = any(f.query_filters().values())
+TREND_BUCKET_S = max(60, charts.bucket_for(f.seconds, points=60))
+
+
+def queries() -> dict[str, tuple]:
+    """This run's named queries, as ``(path, args, kwargs)``: independent of one another, so
+    :func:`app.ui.prefetch` runs them at once before the panels read them (inside the page's
+    ``shared_spans`` block, which the prefetch's threads share: one rollup-span read per range)."""
     # The headline, the three breakdowns and the period before (the deltas) in one query (each source
-    # read once for all five).
-    # Unfiltered, the waste breakdown (the waterfall's) comes from the same read too.
-    summaries = ui.query("schema.queries.cost:period_summaries", f.start, f.end, ("",) + BREAKDOWNS,
-                         f.query_filters(), previous=True, waste=not any(f.query_filters().values()))
+    # read once for all five). Unfiltered, the waste breakdown (the waterfall's) comes from the same read too.
+    q = {"summaries": ("schema.queries.cost:period_summaries", (f.start, f.end, ("",) + BREAKDOWNS, f.query_filters()),
+                       {"previous": True, "waste": not FILTERED}),
+         "budgets": ("schema.queries.budgets:budget_status", (f.end,), {}),
+         "trend": ("schema.queries.cost:cpst_trend", (f.start, f.end, TREND_BUCKET_S), {}),
+         "quality": ("schema.queries.cost:data_quality", (f.start, f.end), {})}
+    if FILTERED:  # the fleet's idle and spend beside a filtered view
+        q["fleet"] = ("schema.queries.cost:period_summary", (f.start, f.end, None, {}), {})
+    return q
+
+
+Q = queries()
+try:
+    ui.prefetch(list(Q.values()))
+    summaries = ui.ask(Q["summaries"])
     summary = costviews.summary_row(summaries[""])
     previous = costviews.summary_row(summaries["previous"])
 except StoreError as exc:
@@ -102,7 +120,7 @@ if ratio:
 def budgets_panel() -> None:
     """Budgets (fleet.yaml) at the end of the range: spend so far in each budget's day / week, the linear
     forecast to the period's end, and the budget alerts' verdict (``schema.queries.budgets``)."""
-    status = ui.query("schema.queries.budgets:budget_status", f.end)
+    status = ui.ask(Q["budgets"])
     if not len(status):
         st.caption("No budgets configured (fleet.yaml `budgets:` per tenant / task type).")
         return
@@ -129,7 +147,7 @@ def budgets_panel() -> None:
 def details() -> None:
     """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
     st.subheader("Where the money went")
-    filtered = any(f.query_filters().values())
+    filtered = FILTERED
     if filtered:
         waste = costviews.summary_waste_table(summary)
         steps = costviews.summary_waterfall(summary, filtered=True)
@@ -154,7 +172,7 @@ def details() -> None:
                        + (f", {fmt.count(p.get('tokens'), 'tokens')}" if "tokens" in p else "")
                        + " — already counted inside the waste categories.")
     if filtered:
-        fleet = costviews.summary_row(ui.query("schema.queries.cost:period_summary", f.start, f.end, None, {}))
+        fleet = costviews.summary_row(ui.ask(Q["fleet"]))
         st.caption(
             f"Every figure above is computed under the sidebar's filters. Idle GPU time belongs to no task, "
             f"tenant or model: this view carries a share of it in proportion to its allocated cost "
@@ -176,9 +194,9 @@ def details() -> None:
             ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
                      column_config=costviews.GROUP_COLUMNS)
 
-    st.subheader("Trend" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
-    bucket_s = max(60, charts.bucket_for(f.seconds, points=60))
-    trend = ui.query("schema.queries.cost:cpst_trend", f.start, f.end, bucket_s)
+    st.subheader("Trend" + (" (whole fleet: not filtered)" if FILTERED else ""))
+    bucket_s = TREND_BUCKET_S
+    trend = ui.ask(Q["trend"])
     if not len(trend):
         ui.empty_state("No trend yet in this range.")
     else:
@@ -198,8 +216,8 @@ def details() -> None:
             ui.chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
                                                              "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
-    st.subheader("Data quality" + (" (whole fleet: not filtered)" if any(f.query_filters().values()) else ""))
-    dq = ui.query("schema.queries.cost:data_quality", f.start, f.end)
+    st.subheader("Data quality" + (" (whole fleet: not filtered)" if FILTERED else ""))
+    dq = ui.ask(Q["quality"])
     if not len(dq):
         ui.empty_state("No replica was up in this range.")
     else:

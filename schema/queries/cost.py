@@ -99,7 +99,7 @@ def _range(start: datetime, end: datetime) -> dict:
     return {"start": start, "end": end}
 
 
-# rollup_span's answers inside a shared_spans() block: {(store id, start, end, unit key): span}
+# rollup_span's answers inside a shared_spans() block: {(store, start, end, unit key): span}
 _SPANS: ContextVar[dict | None] = ContextVar("infercost_rollup_spans", default=None)
 
 
@@ -114,12 +114,22 @@ def shared_spans():
     was given; a span read a moment earlier only misses an hour the jobs completed since (read raw).
     Its watermark may be a refresh behind: those minutes are still in ``*_live`` (copied to history 10
     minutes before they leave the live window, schema/jobs/README.md).
+
+    The answers are keyed by the store's URL and database, not by client, so clients of one store
+    running the page's queries at once (``app.ui.prefetch`` runs them in a copy of this context)
+    share them too.
     """
     token = _SPANS.set({})
     try:
         yield
     finally:
         _SPANS.reset(token)
+
+
+def _store_identity(store) -> tuple:
+    # clients of the same store (Store.clone) answer alike; any other object only for itself
+    url, database = getattr(store, "url", None), getattr(store, "database", None)
+    return (url, database) if url is not None and database is not None else (id(store),)
 
 
 def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600, *, blocks: bool = True) -> dict:
@@ -156,7 +166,7 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600,
         return _rollup_span(store, start, end, unit_seconds, block_seconds)
     # one query per range and block size; a unit of whole hours and one that is not share it (the
     # latter reads no rollup: the same watermark, no hours)
-    key = (id(store), start, end, block_seconds)
+    key = (_store_identity(store), start, end, block_seconds)
     if key not in shared:
         shared[key] = (_rollup_span(store, start, end, 3600 if not block_seconds else unit_seconds, block_seconds)
                        if block_seconds else _span_from_window(store, shared, start, end))
@@ -179,7 +189,7 @@ def _span_from_window(store, shared: dict, start: datetime, end: datetime) -> di
     window ``[min(start - (end - start), end - 8 days), end)`` once. The same answer as alone: the
     hours ``cost_rollup_span`` lists for a range are those of any wider window that fall inside it
     (each hour's newest mark does not depend on the range), and the watermark is the same query's."""
-    windows = shared.setdefault(("windows", id(store)), [])
+    windows = shared.setdefault(("windows", _store_identity(store)), [])
     for lo, hi, found in windows:
         if lo <= start and end <= hi:
             break

@@ -18,10 +18,11 @@ from tests.test_cost_support import Spans, fleet_yaml, metrics_up, sync
 
 
 def _clear_of_the_schedule(seconds: float) -> None:
-    """Return a few seconds after a minute's start with at least ``seconds`` of it left. The schedule runs
-    the chain at each minute's start: a ``jobs.stop`` during that run leaves its later views missed, and a
-    stopped chain misses the next minute's run; ``jobs.refresh`` then runs what was missed on top of its own
-    run (two clocks, a copy and a watermark the test's figures do not expect; CI failed so once)."""
+    """Return a few seconds after a minute's start with at least ``seconds`` of it left, so the test's
+    stopped chain sees no minute start. The schedule runs the chain at each minute's start; a stopped chain
+    misses that run and ``jobs.refresh`` then runs it on top of its own (two runs: a copy and a watermark the
+    test's figures do not expect; CI failed so once, reproduced by stopping 0.4 s before a minute). The few
+    seconds after a minute's start leave the schedule's own run of that minute time to end first."""
     now = datetime.now(timezone.utc)
     into = now.second + now.microsecond / 1e6
     if into < 5:

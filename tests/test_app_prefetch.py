@@ -110,6 +110,7 @@ def test_the_cost_queries_prefetched_share_the_pages_rollup_spans(served):
         # the threads' span reads landed in the page's block: one window read for the store (its clients
         # are one store), the ranges answered from it
         assert [k for k in shared if k[0] == "windows"] == [("windows", (served.url, served.database))]
+        assert len(shared[("windows", (served.url, served.database))]) == 1  # read once, not by each thread
         assert (((served.url, served.database), start, end, 0)) in shared
         before = served.stats.calls
         got = [ui.ask(call) for call in calls]

@@ -26,6 +26,7 @@ zero successes), never zero. Filters (``model``, ``tenant``, ``task_type``) are 
 from __future__ import annotations
 
 import contextlib
+import threading
 from contextvars import ContextVar
 from datetime import datetime, timedelta, timezone
 
@@ -167,10 +168,12 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600,
     # one query per range and block size; a unit of whole hours and one that is not share it (the
     # latter reads no rollup: the same watermark, no hours)
     key = (_store_identity(store), start, end, block_seconds)
-    if key not in shared:
-        shared[key] = (_rollup_span(store, start, end, 3600 if not block_seconds else unit_seconds, block_seconds)
-                       if block_seconds else _span_from_window(store, shared, start, end))
-    span = shared[key]
+    # one reader at a time: queries run at once (app.ui.prefetch) would each read the span they all need
+    with shared.setdefault(("lock",), threading.Lock()):
+        if key not in shared:
+            shared[key] = (_rollup_span(store, start, end, 3600 if not block_seconds else unit_seconds, block_seconds)
+                           if block_seconds else _span_from_window(store, shared, start, end))
+        span = shared[key]
     whole = int(unit_seconds) % 3600 == 0
     return span | {"rollup_versions": list(span["rollup_versions"]) if whole else [],
                    "rollup_end": span["rollup_end"] if whole else span["rollup_start"],

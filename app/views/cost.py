@@ -147,8 +147,7 @@ def budgets_panel() -> None:
 def details() -> None:
     """Waterfall, breakdowns, trend and data quality (each a named query of schema.queries.cost)."""
     st.subheader("Where the money went")
-    filtered = FILTERED
-    if filtered:
+    if FILTERED:
         waste = costviews.summary_waste_table(summary)
         steps = costviews.summary_waterfall(summary, filtered=True)
     else:
@@ -171,7 +170,7 @@ def details() -> None:
             st.caption(f"Partial streams (tokens streamed, then the call broke): {fmt.usd(p['usd'])}"
                        + (f", {fmt.count(p.get('tokens'), 'tokens')}" if "tokens" in p else "")
                        + " — already counted inside the waste categories.")
-    if filtered:
+    if FILTERED:
         fleet = costviews.summary_row(ui.ask(Q["fleet"]))
         st.caption(
             f"Every figure above is computed under the sidebar's filters. Idle GPU time belongs to no task, "

@@ -128,9 +128,8 @@ def shared_spans():
 
 
 def _store_identity(store) -> tuple:
-    # clients of the same store (Store.clone) answer alike; any other object only for itself
-    url, database = getattr(store, "url", None), getattr(store, "database", None)
-    return (url, database) if url is not None and database is not None else (id(store),)
+    # clients of the same store (Store.clone) answer alike
+    return (store.url, store.database)
 
 
 def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600, *, blocks: bool = True) -> dict:

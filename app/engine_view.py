@@ -82,57 +82,64 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
                + (f" Replica {replica} only." if replica else ""))
     gauges = _replica_rows(ui.ask(q["gauges"], live=True), replica)
     gauges = ui.to_viewer(gauges, ["bucket"], naive=True)
-    left, right = st.columns(2)
-    with left:
-        _per_replica(gauges, "bucket", "running", "Running requests by replica", "requests", annotations)
-        _per_replica(gauges, "bucket", "waiting", "Waiting requests by replica", "requests", annotations)
-    with right:
-        gauges["kv_pct"] = pd.to_numeric(gauges["kv_usage"], errors="coerce") * 100
-        _per_replica(gauges, "bucket", "kv_pct", "KV-cache use by replica (%)", "%", annotations)
     counters = _replica_rows(ui.ask(q["counters"], live=True), replica)
     counters = ui.to_viewer(counters, ["bucket"], naive=True)
+    # Tabs, as on the overview (app/views/live_ops.py): a Vega chart costs the browser ~80-90 ms to draw
+    # whatever its data, and one in a hidden tab is drawn when the tab is opened.
+    batch, cache, latency = st.tabs(["Batch and KV-cache", "Prefix cache and preemptions", "Latency histograms"])
+    with batch:
+        left, right = st.columns(2)
+        with left:
+            _per_replica(gauges, "bucket", "running", "Running requests by replica", "requests", annotations)
+            _per_replica(gauges, "bucket", "waiting", "Waiting requests by replica", "requests", annotations)
+        with right:
+            gauges["kv_pct"] = pd.to_numeric(gauges["kv_usage"], errors="coerce") * 100
+            _per_replica(gauges, "bucket", "kv_pct", "KV-cache use by replica (%)", "%", annotations)
     if len(counters):
         fleet = counters.groupby("bucket", as_index=False)[
             ["prompt_tokens_per_s", "generation_tokens_per_s", "preemptions", "prefix_cache_hits",
              "prefix_cache_queries"]].sum()
         fleet["hit_pct"] = fleet["prefix_cache_hits"] / fleet["prefix_cache_queries"].where(
             fleet["prefix_cache_queries"] > 0) * 100
-        with right:
+        with right:  # the batch tab's right column
             st.markdown("**Prompt vs generation tokens/s**")
             ui.chart(charts.with_annotations(charts.lines(
                 fleet, "bucket", {"prompt_tokens_per_s": "prompt (prefill)", "generation_tokens_per_s": "generation"},
                 "tokens/s"), annotations), width="stretch")
-        left, right = st.columns(2)
-        with left:
-            st.markdown("**Prefix-cache hit rate (% of queried prompt tokens)**")
-            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
-                                                    annotations), width="stretch")
-        with right:
-            st.markdown(f"**Preemptions per {charts.bucket_text(bucket_s)}**")
-            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
-                                                                 "preemptions"), annotations), width="stretch")
+        with cache:
+            left, right = st.columns(2)
+            with left:
+                st.markdown("**Prefix-cache hit rate (% of queried prompt tokens)**")
+                ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
+                                                 annotations), width="stretch")
+            with right:
+                st.markdown(f"**Preemptions per {charts.bucket_text(bucket_s)}**")
+                ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
+                                                              "preemptions"), annotations), width="stretch")
     else:
-        st.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
+        for tab in (batch, cache):
+            tab.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
 
-    st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
-    hist = ui.ask(q["histograms"], live=True)
-    cols = st.columns(len(HEATMAPS))
-    for col, (metric, label) in zip(cols, HEATMAPS.items()):
-        with col:
-            df = hist[hist["metric"] == metric]
-            if not len(df):
-                st.caption(f"{label}: no histogram samples in this range.")
-                continue
-            st.caption(label)
-            ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
+    with latency:
+        st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
+        hist = ui.ask(q["histograms"], live=True)
+        cols = st.columns(len(HEATMAPS))
+        for col, (metric, label) in zip(cols, HEATMAPS.items()):
+            with col:
+                df = hist[hist["metric"] == metric]
+                if not len(df):
+                    st.caption(f"{label}: no histogram samples in this range.")
+                    continue
+                st.caption(label)
+                ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
 
-    st.markdown("**Queue, prefill and decode time** (distribution over the range)")
-    phases = hist[hist["metric"].isin(list(PHASES))]
-    if len(phases):
-        dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
-        ui.chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
-    else:
-        st.caption("No queue / prefill / decode histograms in this range.")
+        st.markdown("**Queue, prefill and decode time** (distribution over the range)")
+        phases = hist[hist["metric"].isin(list(PHASES))]
+        if len(phases):
+            dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
+            ui.chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
+        else:
+            st.caption("No queue / prefill / decode histograms in this range.")
 
     st.markdown("**Scrape health per target**")
     health = ui.ask(q["scrapes"], live=True)

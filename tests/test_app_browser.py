@@ -101,6 +101,19 @@ def _settle(page, timeout_s: float = 90.0) -> None:
     page.wait_for_timeout(1000)  # let charts draw (vega / plotly render after the script ends)
 
 
+_CHARTS = "[...document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]')]"
+_ALL_SHOWN_DRAWN = f"() => {_CHARTS}.filter(e => e.offsetParent !== null).every(e => e.querySelector('canvas'))"
+
+
+def _charts(page) -> dict:
+    """How many Vega charts the page shows, how many of those are drawn, how many hidden ones are drawn."""
+    return page.evaluate(f"""() => {{
+        const all = {_CHARTS}, shown = all.filter(e => e.offsetParent !== null);
+        return {{shown: shown.length, shown_drawn: shown.filter(e => e.querySelector('canvas')).length,
+                 hidden_drawn: all.filter(e => e.offsetParent === null && e.querySelector('canvas')).length}};
+    }}""")
+
+
 def test_deep_link_loads_fully_on_a_cold_server(served, artifacts):
     """Issue 17 fault 4: the FIRST request to a fresh server is a page URL with parameters (an alert
     link): the page must load with the router's sidebar filters and wide layout, not Streamlit's raw
@@ -226,5 +239,16 @@ def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served
             assert page.locator('[data-testid="stException"]').count() == 0, body[:2000]
             assert "vLLM engine" in body and "Running requests by replica" in body
             assert "Scrape health per target" in body
+            # the first tab's three gauge charts (this store has no engine counters or histograms)
+            assert _charts(page) == {"shown": 3, "shown_drawn": 3, "hidden_drawn": 0}, _charts(page)
+
+            # the charts of a tab not shown are drawn when it is opened, not before (app/views/live_ops.py)
+            page.goto(f"{url}/{QUERY}", wait_until="domcontentloaded")
+            _settle(page)
+            assert _charts(page) == {"shown": 5, "shown_drawn": 5, "hidden_drawn": 0}, _charts(page)
+            page.get_by_role("tab", name="Load and errors").click()
+            page.wait_for_function(_ALL_SHOWN_DRAWN, timeout=30_000)
+            assert "Queue and batch" in page.inner_text("body")
+            assert _charts(page)["shown"] == 5  # throughput, errors, queue and batch, KV-cache, finish reasons
         finally:
             browser.close()

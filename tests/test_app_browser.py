@@ -245,10 +245,10 @@ def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served
             # the charts of a tab not shown are drawn when it is opened, not before (app/views/live_ops.py)
             page.goto(f"{url}/{QUERY}", wait_until="domcontentloaded")
             _settle(page)
-            assert _charts(page) == {"shown": 5, "shown_drawn": 5, "hidden_drawn": 0}, _charts(page)
+            assert _charts(page) == {"shown": 4, "shown_drawn": 4, "hidden_drawn": 0}, _charts(page)
             page.get_by_role("tab", name="Load and errors").click()
             page.wait_for_function(_ALL_SHOWN_DRAWN, timeout=30_000)
             assert "Queue and batch" in page.inner_text("body")
-            assert _charts(page)["shown"] == 5  # throughput, errors, queue and batch, KV-cache, finish reasons
+            assert _charts(page)["shown"] == 4  # throughput, errors, queue and batch, KV-cache
         finally:
             browser.close()

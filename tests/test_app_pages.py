@@ -146,7 +146,7 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
             assert chart.proto.datasets, (page, params)  # the data went as Arrow datasets, not inline JSON
             seen += 1
         at.query_params.pop("view", None)
-    assert seen >= 20  # live 9, engine 10+, cost 5, triangle, tasks: the pages drew their charts
+    assert seen >= 20  # live 8, engine 10+, cost 5, triangle, tasks: the pages drew their charts
 
 
 def test_live_page_matches_the_query_on_the_generated_store(big):

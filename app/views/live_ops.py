@@ -256,17 +256,23 @@ def zoom_chart(chart, notes) -> None:
 
 
 def finish_reasons(q: dict) -> None:
+    """Requests by finish reason over the tile window: one table, its share drawn as a bar in the row (a
+    separate bar chart showed the same numbers and cost the browser a Vega view)."""
     st.subheader(f"Finish reasons · last {window_label}")
     df = ui.ask(q["finish"], live=True)
     if not len(df):
         ui.empty_state(f"No engine request finished in the last {window_label}.")
         return
-    left, right = st.columns([2, 1])
+    left, _ = st.columns([2, 1])
     with left:
-        ui.chart(charts.bars(df, "finish_reason", "requests", "requests"), width="stretch")
-    with right:
-        ui.table(df.rename(columns={"share": "share (0-1)"}), key="live_finish", filename="finish_reasons.csv",
-                 column_config={"share (0-1)": st.column_config.NumberColumn("share", format="percent")})
+        ui.table(df.sort_values("requests", ascending=False), key="live_finish", filename="finish_reasons.csv",
+                 column_config={
+                     "finish_reason": st.column_config.TextColumn(
+                         "finish reason", help="vLLM's finish reason (gen_ai.response.finish_reasons): stop, "
+                         "length (max_tokens reached), abort (the request was aborted), tool_calls"),
+                     "requests": st.column_config.NumberColumn("requests", format="%d"),
+                     "share": st.column_config.ProgressColumn("share", min_value=0.0, max_value=1.0,
+                                                              format="percent")})
 
 
 @st.fragment(run_every=REFRESH_S if f.live else None)

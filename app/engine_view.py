@@ -32,18 +32,26 @@ def _per_replica(df, x, y, title, unit, annotations, height=200):
                     width="stretch")
 
 
-def heatmap(df: pd.DataFrame, title: str) -> alt.Chart:
-    """Requests per (time bucket, histogram bucket): x = time, y = upper bound (seconds), colour = requests."""
+# What one sample of a vLLM histogram counts, where it is not a request: vLLM observes
+# ``vllm:inter_token_latency_seconds`` once per gap between two output tokens (vLLM's metrics docs; it
+# replaced ``time_per_output_token_seconds``), so its counts are token gaps, ~output tokens per request.
+COUNTED = {"vllm:inter_token_latency_seconds": "token gaps"}
+
+
+def heatmap(df: pd.DataFrame, title: str, counted: str = "requests") -> alt.Chart:
+    """Samples per (time bucket, histogram bucket): x = time, y = upper bound (seconds), colour = the
+    histogram's count in that cell, titled ``counted`` (what one sample is: requests, or token gaps for
+    ITL, :data:`COUNTED`). ``df``: columns bucket, le (seconds), requests (the query's name for the count)."""
     d = df[df["requests"] > 0].copy()
     d["le_label"] = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in d["le"]]
     order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
     return (alt.Chart(d[["bucket", "le_label", "requests"]]).mark_rect()
             .encode(x=charts.time_x(d, "bucket"),
                     y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{title} bucket"),
-                    color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title="requests",
+                    color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title=counted,
                                     legend=charts.LEGEND_QUANT),
                     tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("le_label:O"),
-                             alt.Tooltip("requests:Q")])
+                             alt.Tooltip("requests:Q", title=counted)])
             .properties(height=260))
 
 
@@ -121,7 +129,8 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
             tab.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
 
     with latency:
-        st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time)")
+        st.markdown("**Latency heatmaps** (vLLM's histograms: requests per bucket over time; ITL counts each gap "
+                    "between two output tokens)")
         hist = ui.ask(q["histograms"], live=True)
         cols = st.columns(len(HEATMAPS))
         for col, (metric, label) in zip(cols, HEATMAPS.items()):
@@ -131,7 +140,8 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
                     st.caption(f"{label}: no histogram samples in this range.")
                     continue
                 st.caption(label)
-                ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label), width="stretch")
+                ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label, COUNTED.get(metric, "requests")),
+                         width="stretch")
 
         st.markdown("**Queue, prefill and decode time** (distribution over the range)")
         phases = hist[hist["metric"].isin(list(PHASES))]

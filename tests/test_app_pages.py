@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -146,7 +147,7 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
             assert chart.proto.datasets, (page, params)  # the data went as Arrow datasets, not inline JSON
             seen += 1
         at.query_params.pop("view", None)
-    assert seen >= 20  # live 8, engine 10+, cost 5, triangle, tasks: the pages drew their charts
+    assert seen >= 20  # live 8, engine 3 (gauges: no histograms here), cost 5, triangle, tasks: the pages drew their charts
 
 
 def test_live_page_matches_the_query_on_the_generated_store(big):
@@ -238,3 +239,57 @@ def test_cost_page_shows_the_worked_example(worked):
     calls = at.dataframe[1].value
     assert sorted(calls["cost_usd"].round(6)) == [0.015, 0.0285]
     assert m and _metrics(at)["Cost"][0] == "$0.0435"
+
+
+def _later_page(text: str, requests: int, tokens_each: int) -> str:
+    """The captured vLLM /metrics page as the same replica would serve it after ``requests`` more requests
+    of ``tokens_each`` output tokens, each fast enough for the lowest bucket: every bucket, _count and _sum
+    of the TTFT and e2e histograms grows by ``requests``, the ITL histogram's by the requests' token gaps."""
+    import re
+
+    grow = {"time_to_first_token_seconds": requests, "e2e_request_latency_seconds": requests,
+            "inter_token_latency_seconds": requests * (tokens_each - 1)}
+    out = []
+    for line in text.splitlines():
+        m = re.match(r"vllm:(\w+?)_(bucket|count|sum)(\{.*\})? (\S+)$", line)
+        if m and m.group(1) in grow:
+            line = f"vllm:{m.group(1)}_{m.group(2)}{m.group(3) or ''} {float(m.group(4)) + grow[m.group(1)]}"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_itl_heatmap_counts_token_gaps_not_requests(store):
+    """vLLM observes vllm:inter_token_latency_seconds once per gap between two output tokens (../shared/
+    reference/vllm-telemetry.md), so the ITL heatmap's cells count token gaps, TTFT's and e2e's requests:
+    two scrapes of the captured vLLM 0.32 /metrics page, 3 requests of 5 output tokens (4 gaps each) apart."""
+    import json
+    import time
+
+    import streamlit as st
+
+    from collectors.ingest import insert_metric_rows
+    from collectors.scraper import ScrapeTarget, parse_metrics_text
+    from vllm_captured import captured_metrics_text
+
+    # two scrapes 15 s apart inside one minute (the heatmap counts each minute's increase per series)
+    minute_ns = (time.time_ns() // 60_000_000_000 - 3) * 60_000_000_000
+    target = ScrapeTarget(url="http://replica-1:8000/metrics", replica="replica-1")
+    page = captured_metrics_text()
+    insert_metric_rows(store, parse_metrics_text(page, target, minute_ns + 10 * 10**9))
+    insert_metric_rows(store, parse_metrics_text(_later_page(page, 3, 5), target, minute_ns + 25 * 10**9))
+    st.cache_data.clear()
+    store_provider.set_store(store)
+    try:
+        at = _app({"range": "1h", "view": "engine"}, page="views/live_ops.py")
+        cells = {}
+        for chart in at.get("vega_lite_chart"):
+            spec = json.loads(chart.proto.spec)
+            if spec.get("mark", {}).get("type") == "rect":
+                (rows,) = [pa.ipc.open_stream(d.data.data).read_all().to_pylist() for d in chart.proto.datasets]
+                cells[spec["encoding"]["y"]["title"]] = (spec["encoding"]["color"]["title"],
+                                                         sum(r["requests"] for r in rows))
+    finally:
+        store_provider.clear()
+        st.cache_data.clear()
+    assert cells == {"TTFT bucket": ("requests", 3), "ITL bucket": ("token gaps", 12),
+                     "end-to-end latency bucket": ("requests", 3)}, cells

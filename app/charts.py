@@ -94,12 +94,3 @@ def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height:
                     tooltip=[alt.Tooltip(f"{x}:T", format="%Y-%m-%d %H:%M:%S"), alt.Tooltip(f"{group}:N"),
                              alt.Tooltip(f"{y}:Q", format=",.3f")])
             .properties(height=height))
-
-
-def bars(df: pd.DataFrame, category: str, value: str, value_title: str, height: int = 220,
-         color: str | None = None) -> alt.Chart:
-    enc = dict(y=alt.Y(f"{category}:N", title=None, sort="-x"), x=alt.X(f"{value}:Q", title=value_title),
-               tooltip=[alt.Tooltip(f"{category}:N"), alt.Tooltip(f"{value}:Q", format=",.4f")])
-    if color:
-        enc["color"] = alt.Color(f"{color}:N", title=None)
-    return alt.Chart(df).mark_bar().encode(**enc).properties(height=height)

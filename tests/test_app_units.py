@@ -177,7 +177,6 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     specs = [c.to_dict() for c in (
         charts.with_annotations(charts.lines(df, "bucket", {"p95": "p95"}, "s"), notes),
         charts.with_annotations(charts.by_group(df, "bucket", "p95", "replica", "s"), notes),
-        charts.bars(df, "replica", "p95", "s"),
         costviews.stacked_categories(pd.DataFrame({"grp": ["a"], "category": ["useful"], "usd": [1.0]}), "tenant"),
         engine_view.heatmap(hist, "TTFT"), engine_view.distribution(hist))]
     assert built == []
@@ -187,7 +186,7 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     assert rule["encoding"]["x"] == {"field": "start", "type": "temporal"}
     assert line["encoding"]["tooltip"][1] == {"field": "series", "type": "nominal"}
     assert specs[1]["layer"][2]["encoding"]["tooltip"][1] == {"field": "replica", "type": "nominal"}
-    assert specs[5]["encoding"]["xOffset"] == {"field": "phase", "type": "nominal"}
+    assert specs[4]["encoding"]["xOffset"] == {"field": "phase", "type": "nominal"}
     # by_group sends only the three columns it draws
     group_data = specs[1]["datasets"][specs[1]["layer"][2]["data"]["name"]]
     assert [sorted(r) for r in group_data] == [["bucket", "p95", "replica"]] * 6

@@ -243,8 +243,9 @@ def test_cost_page_shows_the_worked_example(worked):
 
 def _later_page(text: str, requests: int, tokens_each: int) -> str:
     """The captured vLLM /metrics page as the same replica would serve it after ``requests`` more requests
-    of ``tokens_each`` output tokens, each fast enough for the lowest bucket: every bucket, _count and _sum
-    of the TTFT and e2e histograms grows by ``requests``, the ITL histogram's by the requests' token gaps."""
+    of ``tokens_each`` output tokens, every observation 1 ms (inside each family's lowest bucket): every
+    bucket and _count of the TTFT and e2e histograms grows by ``requests``, the ITL histogram's by the
+    requests' token gaps, and each _sum by those observations x 0.001 s."""
     import re
 
     grow = {"time_to_first_token_seconds": requests, "e2e_request_latency_seconds": requests,
@@ -253,7 +254,8 @@ def _later_page(text: str, requests: int, tokens_each: int) -> str:
     for line in text.splitlines():
         m = re.match(r"vllm:(\w+?)_(bucket|count|sum)(\{.*\})? (\S+)$", line)
         if m and m.group(1) in grow:
-            line = f"vllm:{m.group(1)}_{m.group(2)}{m.group(3) or ''} {float(m.group(4)) + grow[m.group(1)]}"
+            added = grow[m.group(1)] * (0.001 if m.group(2) == "sum" else 1)
+            line = f"vllm:{m.group(1)}_{m.group(2)}{m.group(3) or ''} {float(m.group(4)) + added}"
         out.append(line)
     return "\n".join(out) + "\n"
 

@@ -85,6 +85,27 @@ def lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str, height
             .properties(height=height))
 
 
+def lines_annotated(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str,
+                    annotations: pd.DataFrame | None, height: int = 220) -> alt.Chart:
+    """:func:`lines` with :func:`with_annotations` (one builder for ``app.ui.cached_chart``)."""
+    return with_annotations(lines(df, x, series, y_title, height=height), annotations)
+
+
+def zoom_lines(df: pd.DataFrame, x: str, series: dict[str, str], y_title: str,
+               annotations: pd.DataFrame | None) -> alt.LayerChart:
+    """:func:`lines_annotated` with an x-interval selection named ``zoom`` (the live page's drag to zoom),
+    always a layer chart: the same spec shape with and without annotations."""
+    brush = alt.selection_interval(encodings=["x"], name="zoom")
+    layered = with_annotations(lines(df, x, series, y_title).add_params(brush), annotations)
+    return layered if isinstance(layered, alt.LayerChart) else alt.layer(layered)
+
+
+def by_group_annotated(df: pd.DataFrame, x: str, y: str, group: str, y_title: str,
+                       annotations: pd.DataFrame | None, height: int = 220) -> alt.Chart:
+    """:func:`by_group` with :func:`with_annotations` (one builder for ``app.ui.cached_chart``)."""
+    return with_annotations(by_group(df, x, y, group, y_title, height=height), annotations)
+
+
 def by_group(df: pd.DataFrame, x: str, y: str, group: str, y_title: str, height: int = 220) -> alt.Chart:
     """One line per value of ``group``. Only the three columns drawn go to the browser (the live page's
     per-replica frame has 16 more, serialised to Arrow for each chart and unused)."""

@@ -28,7 +28,7 @@ def _per_replica(df, x, y, title, unit, annotations, height=200):
         st.caption(f"{title}: no data in this range.")
         return
     st.markdown(f"**{title}**")
-    ui.chart(charts.with_annotations(charts.by_group(data, x, y, "replica", unit, height=height), annotations),
+    ui.cached_chart("app.charts:by_group_annotated", (data, x, y, "replica", unit, annotations, height),
                     width="stretch")
 
 
@@ -111,19 +111,20 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
             fleet["prefix_cache_queries"] > 0) * 100
         with right:  # the batch tab's right column
             st.markdown("**Prompt vs generation tokens/s**")
-            ui.chart(charts.with_annotations(charts.lines(
+            ui.cached_chart("app.charts:lines_annotated", (
                 fleet, "bucket", {"prompt_tokens_per_s": "prompt (prefill)", "generation_tokens_per_s": "generation"},
-                "tokens/s"), annotations), width="stretch")
+                "tokens/s", annotations), width="stretch")
         with cache:
             left, right = st.columns(2)
             with left:
                 st.markdown("**Prefix-cache hit rate (% of queried prompt tokens)**")
-                ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"hit_pct": "hit rate %"}, "%"),
-                                                 annotations), width="stretch")
+                ui.cached_chart("app.charts:lines_annotated",
+                                (fleet, "bucket", {"hit_pct": "hit rate %"}, "%", annotations), width="stretch")
             with right:
                 st.markdown(f"**Preemptions per {charts.bucket_text(bucket_s)}**")
-                ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"preemptions": "preemptions"},
-                                                              "preemptions"), annotations), width="stretch")
+                ui.cached_chart("app.charts:lines_annotated",
+                                (fleet, "bucket", {"preemptions": "preemptions"}, "preemptions", annotations),
+                                width="stretch")
     else:
         for tab in (batch, cache):
             tab.caption("No vLLM counters scraped in this range (is the /metrics scraper running?).")
@@ -140,14 +141,16 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
                     st.caption(f"{label}: no histogram samples in this range.")
                     continue
                 st.caption(label)
-                ui.chart(heatmap(ui.to_viewer(df, ["bucket"], naive=True), label, COUNTED.get(metric, "requests")),
-                         width="stretch")
+                ui.cached_chart("app.engine_view:heatmap",
+                                (ui.to_viewer(df, ["bucket"], naive=True), label, COUNTED.get(metric, "requests")),
+                                width="stretch")
 
         st.markdown("**Queue, prefill and decode time** (distribution over the range)")
         phases = hist[hist["metric"].isin(list(PHASES))]
         if len(phases):
             dist = phases.groupby(["metric", "le"], as_index=False)["requests"].sum()
-            ui.chart(distribution(dist.assign(phase=dist["metric"].map(PHASES))), width="stretch")
+            ui.cached_chart("app.engine_view:distribution", (dist.assign(phase=dist["metric"].map(PHASES)),),
+                            width="stretch")
         else:
             st.caption("No queue / prefill / decode histograms in this range.")
 

@@ -208,6 +208,39 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     assert fast == theirs
 
 
+def test_a_chart_is_built_once_per_data_and_rebuilt_when_the_data_changes(monkeypatch):
+    """Issue 18 item 3: the live page reruns every 5 s, and its queries' results change once a minute; the
+    Altair objects of its charts were rebuilt and converted on every rerun (~60 % of the script's CPU with
+    the queries cached). ``ui.cached_chart`` keeps each chart's Vega-Lite dict per builder and data: an
+    equal frame (a new object, as a cached query returns) builds nothing, a changed value builds again, and
+    the dict is the one :func:`app.ui.vega_lite_spec` makes of the builder's chart."""
+    import pyarrow as pa
+
+    from app import charts, ui
+
+    ui._cached_spec.clear()
+    real, built = charts.lines_annotated, []
+    monkeypatch.setattr(charts, "lines_annotated", lambda *a: (built.append(a), real(*a))[1])
+    t = pd.date_range("2026-12-03 06:00", periods=3, freq="min")
+    fleet = pd.DataFrame({"bucket": t, "ttft_p50_ms": [80.0, 95.0, None], "ttft_p95_ms": [120.0, 180.0, 240.0]})
+    notes = pd.DataFrame({"start": [t[1]], "end": [t[2]], "label": ["ttft_slo"]})
+    series = {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95"}
+    ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", series, "ms", notes))
+    ui.cached_chart("app.charts:lines_annotated", (fleet.copy(), "bucket", dict(series), "ms", notes.copy()))
+    assert len(built) == 1
+    spec = ui._cached_spec("app.charts:lines_annotated", (fleet, "bucket", series, "ms", notes), False)
+    assert spec == ui.vega_lite_spec(real(fleet, "bucket", series, "ms", notes))
+    line = spec["layer"][2]
+    rows = pa.ipc.open_stream(spec["datasets"][line["data"]["name"]]).read_all().to_pylist()
+    # melted, the missing p50 dropped: 5 points
+    assert [(r["series"], r["value"]) for r in rows] == [("p50", 80.0), ("p50", 95.0), ("p95", 120.0),
+                                                         ("p95", 180.0), ("p95", 240.0)]
+    ui.cached_chart("app.charts:lines_annotated",
+                    (fleet.assign(ttft_p95_ms=[120.0, 180.0, 250.0]), "bucket", series, "ms", notes))
+    ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", series, "ms", None))  # alert resolved: no band
+    assert len(built) == 3
+
+
 def test_every_group_bar_gets_a_band_and_a_label():
     """The cost page's "By task type" bars (demo store: 4 groups, two labels shown): a fixed height was
     squeezed with the axes and legend into the container and Vega hid the labels of the thin bands.

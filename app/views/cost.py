@@ -155,7 +155,8 @@ def details() -> None:
         steps = costviews.waterfall_steps(waste, summary.get("spend_usd"))
     left, right = st.columns([3, 2])
     with left:
-        ui.chart(costviews.waterfall_chart(costviews.waterfall_bars(steps)), width="stretch", key="cost_waterfall")
+        ui.cached_chart("app.costviews:waterfall_chart", (costviews.waterfall_bars(steps),), width="stretch",
+                        key="cost_waterfall")
     with right:
         shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
@@ -189,7 +190,7 @@ def details() -> None:
                 ui.empty_state("No spend for these filters.")
                 continue
             long = costviews.category_long(df)
-            ui.chart(costviews.stacked_categories(long, by), width="stretch")
+            ui.cached_chart("app.costviews:stacked_categories", (long, by), width="stretch")
             ui.table(costviews.group_table(df, by), key=f"cost_by_{by}", filename=f"cost_by_{by}.csv",
                      column_config=costviews.GROUP_COLUMNS)
 
@@ -204,16 +205,16 @@ def details() -> None:
         cols = st.columns(3)
         with cols[0]:
             st.markdown(f"**CPST per {label} (USD)**")
-            ui.chart(charts.lines(t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
-                                         "USD per successful task"), width="stretch")
+            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd":
+                                                 "attributed CPST"}, "USD per successful task"), width="stretch")
         with cols[1]:
             st.markdown(f"**Spend per {label} (USD)**")
-            ui.chart(charts.lines(t, "bucket_start", {"spend_usd": "spend", "allocated_usd": "allocated to calls"},
-                                         "USD"), width="stretch")
+            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"spend_usd": "spend", "allocated_usd":
+                                                 "allocated to calls"}, "USD"), width="stretch")
         with cols[2]:
             st.markdown(f"**Successful tasks per {label}**")
-            ui.chart(charts.lines(t, "bucket_start", {"successful_tasks": "successful",
-                                                             "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
+            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"successful_tasks": "successful",
+                                                 "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
 
     st.subheader("Data quality" + (" (whole fleet: not filtered)" if FILTERED else ""))
     dq = ui.ask(Q["quality"])

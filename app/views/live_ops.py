@@ -198,55 +198,50 @@ def time_series(view: filters.Filters, bucket_s: int, q: dict, notes) -> None:
         left, right = st.columns(2)
         with left:
             st.markdown("**TTFT quantiles (ms)** · drag across the chart to zoom into that time range")
-            zoom_chart(charts.lines(fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"},
-                                    "ms"), notes)
+            zoom_chart((fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"}, "ms",
+                        notes))
             st.markdown("**ITL p95 by replica (ms)**")
-            ui.chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "itl_p95_ms", "replica", "ms"),
-                                             notes), width="stretch")
+            ui.cached_chart("app.charts:by_group_annotated",
+                            (per_replica, "bucket", "itl_p95_ms", "replica", "ms", notes), width="stretch")
         with right:
             st.markdown("**TTFT p95 by replica (ms)**")
-            ui.chart(charts.with_annotations(charts.by_group(per_replica, "bucket", "ttft_p95_ms", "replica", "ms"),
-                                             notes), width="stretch")
+            ui.cached_chart("app.charts:by_group_annotated",
+                            (per_replica, "bucket", "ttft_p95_ms", "replica", "ms", notes), width="stretch")
             st.markdown("**End-to-end latency p95 (s)**")
-            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s"), notes),
-                     width="stretch")
+            ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s", notes),
+                            width="stretch")
     with load:
         left, right = st.columns(2)
         with left:
             st.markdown("**Throughput (requests/s)**")
-            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"requests_per_s": "requests/s"},
-                                                          "req/s"), notes), width="stretch")
+            ui.cached_chart("app.charts:lines_annotated",
+                            (fleet, "bucket", {"requests_per_s": "requests/s"}, "req/s", notes), width="stretch")
         with right:
             st.markdown("**Errors (% of engine requests: error or abort)**")
-            ui.chart(charts.with_annotations(charts.lines(fleet, "bucket", {"error_pct": "errors %"}, "%"), notes),
-                     width="stretch")
+            ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", {"error_pct": "errors %"}, "%", notes),
+                            width="stretch")
         if len(gauges):
             g = ui.to_viewer(gauges, ["bucket"], naive=True)
             left, right = st.columns(2)
             with left:
                 st.markdown("**Queue and batch (requests, summed over replicas)**")
-                ui.chart(charts.with_annotations(charts.lines(g, "bucket", {"waiting": "waiting",
-                                                                            "running": "running"}, "requests"),
-                                                 notes), width="stretch")
+                ui.cached_chart("app.charts:lines_annotated",
+                                (g, "bucket", {"waiting": "waiting", "running": "running"}, "requests", notes),
+                                width="stretch")
             with right:
                 st.markdown("**KV-cache use (mean over replicas)**")
                 g["kv_pct"] = g["kv_usage"] * 100
-                ui.chart(charts.with_annotations(charts.lines(g, "bucket", {"kv_pct": "KV use %"}, "%"), notes),
-                         width="stretch")
+                ui.cached_chart("app.charts:lines_annotated", (g, "bucket", {"kv_pct": "KV use %"}, "%", notes),
+                                width="stretch")
         else:
             st.caption("No replica gauges (vllm:num_requests_waiting / running, KV-cache use) in this range.")
 
 
-def zoom_chart(chart, notes) -> None:
-    """Draw ``chart`` with an x-interval selection: selecting a time span switches the page (and the URL)
-    to that custom range, as zooming a Grafana panel does."""
-    import altair as alt
-
-    brush = alt.selection_interval(encodings=["x"], name="zoom")
-    layered = charts.with_annotations(chart.add_params(brush), notes)
-    if not isinstance(layered, alt.LayerChart):  # same spec shape with and without annotations
-        layered = alt.layer(layered)
-    event = ui.chart(layered, width="stretch", on_select="rerun", selection_mode="zoom", key="live_zoom")
+def zoom_chart(args: tuple) -> None:
+    """Draw the lines of ``args`` (:func:`app.charts.zoom_lines`'s) with an x-interval selection: selecting
+    a time span switches the page (and the URL) to that custom range, as zooming a Grafana panel does."""
+    event = ui.cached_chart("app.charts:zoom_lines", args, width="stretch", on_select="rerun", selection_mode="zoom",
+                            key="live_zoom")
     span = (getattr(event, "selection", None) or {}).get("zoom") or {}
     values = next(iter(span.values()), None) if isinstance(span, dict) else None
     if values and len(values) == 2:

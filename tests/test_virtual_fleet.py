@@ -119,7 +119,8 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         "vllm:prompt_tokens": "sum", "vllm:generation_tokens": "sum", "vllm:num_preemptions": "sum",
         "vllm:prefix_cache_queries": "sum", "vllm:prefix_cache_hits": "sum", "vllm:request_success": "sum",
         "vllm:prompt_tokens_cached": "sum", "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
-        "vllm:e2e_request_latency_seconds": "histogram", "vllm:request_queue_time_seconds": "histogram"}
+        "vllm:e2e_request_latency_seconds": "histogram", "vllm:request_queue_time_seconds": "histogram",
+        "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram"}
     gen_by_rep = Counter()
     n_by_rep = Counter()
     for res, s in sink.spans():
@@ -138,6 +139,14 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         assert itl.count == gen_by_rep[rep] - n_by_rep[rep]  # one sample per token gap
         e2e = last[(rep, "vllm:e2e_request_latency_seconds", None)]
         assert list(e2e.explicit_bounds) == list(REQUEST_LATENCY_BUCKETS)
+        # the engine view's phase distribution: queue, prefill and decode observed once per finished request,
+        # as vLLM does (the backfill exported queue alone: 7 days of queue against minutes of prefill / decode)
+        phases = [last[(rep, f"vllm:request_{phase}_time_seconds", None)] for phase in ("queue", "prefill", "decode")]
+        for h in phases:
+            assert list(h.explicit_bounds) == list(REQUEST_LATENCY_BUCKETS)
+            assert h.count == e2e.count == n_by_rep[rep] and sum(h.bucket_counts) == h.count
+        assert phases[1].sum > 0 and phases[2].sum > 0
+        assert sum(h.sum for h in phases) <= e2e.sum + 1e-9  # the phases lie inside each request's e2e
         assert last[(rep, "vllm:num_requests_running", None)].as_double == 0
 
 

@@ -556,12 +556,14 @@ class Engine:
     def _finish_stats(st: EngineStats, req: EngineRequest, now: float) -> None:
         st.request_success[req.finish_reason] += 1
         st.e2e.observe(now - req.arrival)
+        # queue, prefill and decode: the engine view's phase distribution reads the three together, so
+        # they are observed for every finished request as vLLM does (never queue alone)
         st.queue.observe(req.scheduled - req.queued)
+        st.prefill.observe(req.first_token - req.scheduled)
+        st.decode.observe(now - req.first_token)
         if not st.detailed:
             return
         st.inference.observe(now - req.scheduled)
-        st.prefill.observe(req.first_token - req.scheduled)
-        st.decode.observe(now - req.first_token)
         if req.out > 1:
             st.tpot.observe((now - req.first_token) / (req.out - 1))
         st.request_prompt_tokens.observe(req.prompt_tokens)

@@ -38,8 +38,11 @@ GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cac
 # features the emulator does not model) plus generation and cached prompt tokens.
 SIM_COUNTERS = tuple((n, a, h) for n, a, h in COUNTERS if a) + (
     ("vllm:generation_tokens", "generation_tokens", ""), ("vllm:prompt_tokens_cached", "prompt_tokens_cached", ""))
+# Histograms: the ones the product reads (the engine view's heatmaps and its queue / prefill / decode
+# distribution, schema.queries.ops_engine HEATMAPS and PHASES); ``full`` adds the rest of vLLM's.
 SIM_HISTOGRAMS = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
-                  "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds")
+                  "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+                  "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds")
 
 
 def any_value(v) -> AnyValue:
@@ -117,7 +120,7 @@ class ReplicaMetrics:
 
     ``snapshot(engine, now_ns, start_ns)`` returns the serialized ``ExportMetricsServiceRequest``
     bytes of the points at ``now_ns``; ``start_ns`` starts the cumulative series (the engine's start
-    or last restart). ``full``: all vLLM histograms, not only the four of the simulator contract.
+    or last restart). ``full``: all vLLM histograms, not only the six the product reads (:data:`SIM_HISTOGRAMS`).
     Concatenated snapshots of several replicas parse as one request (repeated-field merge).
     """
 

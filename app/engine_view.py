@@ -36,6 +36,8 @@ def _per_replica(df, x, y, title, unit, annotations, height=200):
 # ``vllm:inter_token_latency_seconds`` once per gap between two output tokens (vLLM's metrics docs; it
 # replaced ``time_per_output_token_seconds``), so its counts are token gaps, ~output tokens per request.
 COUNTED = {"vllm:inter_token_latency_seconds": "token gaps"}
+# Axis names that fit a third of the page (the caption above each heatmap says it in full).
+AXIS_NAMES = {"end-to-end latency": "e2e"}
 
 
 def heatmap(df: pd.DataFrame, title: str, counted: str = "requests") -> alt.Chart:
@@ -47,7 +49,7 @@ def heatmap(df: pd.DataFrame, title: str, counted: str = "requests") -> alt.Char
     order = [("+Inf" if math.isinf(v) else f"≤ {fmt.seconds(v)}") for v in sorted(d["le"].unique())]
     return (alt.Chart(d[["bucket", "le_label", "requests"]]).mark_rect()
             .encode(x=charts.time_x(d, "bucket"),
-                    y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{title} bucket"),
+                    y=alt.Y("le_label:O", sort=list(reversed(order)), title=f"{AXIS_NAMES.get(title, title)} bucket"),
                     color=alt.Color("requests:Q", scale=alt.Scale(scheme="blues"), title=counted,
                                     legend=charts.LEGEND_QUANT),
                     tooltip=[alt.Tooltip("bucket:T", format="%Y-%m-%d %H:%M"), alt.Tooltip("le_label:O"),

@@ -294,4 +294,4 @@ def test_the_itl_heatmap_counts_token_gaps_not_requests(store):
         store_provider.clear()
         st.cache_data.clear()
     assert cells == {"TTFT bucket": ("requests", 3), "ITL bucket": ("token gaps", 12),
-                     "end-to-end latency bucket": ("requests", 3)}, cells
+                     "e2e bucket": ("requests", 3)}, cells

@@ -111,6 +111,55 @@ def waterfall_bars(steps: list[dict]) -> pd.DataFrame:
     return df
 
 
+# Pixels kept free around the triangle's points (the largest circle is ~14 px in radius; the current
+# operating point's diamond ~10 px): a point at the top of the y domain or at the right end of the x domain
+# was cut in half, its label too.
+TRIANGLE_PADDING_PX = 24
+# A current point's label goes left of it in the right quarter of the x range (right of it, it ran off the chart).
+TRIANGLE_LABEL_FLIP = 0.75
+
+
+def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_label: str, y_label: str,
+                   height: int = 520) -> alt.LayerChart:
+    """The latency-cost-throughput triangle: one circle per replica and window (``x`` throughput, ``y``
+    p99 latency, colour CPST, size mean running requests), the Pareto frontier ``front`` as a dashed
+    step line, each replica's latest window as a black diamond labelled with the replica. ``pts``: the
+    columns of ``schema.queries.cost.replica_windows`` plus ``running`` and ``point`` ("current (latest
+    window)" / "earlier window"). Both scales keep :data:`TRIANGLE_PADDING_PX` free at their top ends and
+    start at 0; a label in the right quarter of the x range is drawn left of its point."""
+    tooltip = [alt.Tooltip("replica:N"), alt.Tooltip("window_start:T", title="window start", format="%Y-%m-%d %H:%M"),
+               alt.Tooltip("requests:Q", title="requests"),
+               alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
+               alt.Tooltip("throughput_tokens_per_s:Q", title="tokens/s (prompt+output)", format=",.1f"),
+               alt.Tooltip("successful_tasks_per_hour:Q", title="successful tasks/h", format=",.1f"),
+               alt.Tooltip("ttft_p99_s:Q", title="TTFT p99 (s)", format=".3f"),
+               alt.Tooltip("e2e_p99_s:Q", title="e2e p99 (s)", format=".3f"),
+               alt.Tooltip("cpst_usd:Q", title="CPST (USD)", format="$.4f"),
+               alt.Tooltip("spend_usd:Q", title="spend (USD)", format="$.4f"),
+               alt.Tooltip("running:Q", title="running requests (mean)", format=".1f")]
+    # padding widens both ends; domainMin (applied after it) keeps the axes from going below 0
+    x_enc = alt.X(f"{x}:Q", title=x_label, scale=alt.Scale(padding=TRIANGLE_PADDING_PX, domainMin=0))
+    y_enc = alt.Y(f"{y}:Q", title=y_label, scale=alt.Scale(padding=TRIANGLE_PADDING_PX, domainMin=0))
+    base = alt.Chart(pts).encode(x=x_enc, y=y_enc)
+    points = base.mark_circle(opacity=0.75, stroke="white", strokeWidth=0.5).encode(
+        color=alt.Color("cpst_usd:Q", title="CPST (USD)", scale=alt.Scale(scheme="redyellowgreen", reverse=True)),
+        size=alt.Size("running:Q", title="running requests", scale=alt.Scale(range=[30, 600])),
+        tooltip=tooltip)
+    is_current = alt.datum.point == "current (latest window)"
+    current = base.transform_filter(is_current).mark_point(
+        shape="diamond", size=320, filled=False, strokeWidth=2.5, color="black").encode(tooltip=tooltip)
+    values = pd.to_numeric(pts[x], errors="coerce") if x in pts.columns else pd.Series(dtype=float)
+    lo, hi = (float(values.min()), float(values.max())) if values.notna().any() else (0.0, 0.0)
+    flip = lo + TRIANGLE_LABEL_FLIP * (hi - lo)
+    right_side = alt.datum[x] > flip
+    labels = [base.transform_filter(is_current & ~right_side).mark_text(dx=12, dy=-10, fontWeight="bold", align="left"),
+              base.transform_filter(is_current & right_side).mark_text(dx=-12, dy=-10, fontWeight="bold", align="right")]
+    frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2,
+                                               interpolate="step-after").encode(x=x_enc, y=y_enc)
+    return alt.layer(points, frontier_line, current,
+                     *[label.encode(text=alt.Text("replica:N")) for label in labels]).properties(height=height).interactive()
+
+
 def waterfall_chart(bars: pd.DataFrame, height: int = 380) -> alt.Chart:
     """A waterfall of :func:`waterfall_bars` rows: one bar a step (blue totals, red decreases, green
     increases) labelled with its USD (above a bar, below a decrease), a grey connector at each level."""

@@ -241,6 +241,29 @@ def test_a_chart_is_built_once_per_data_and_rebuilt_when_the_data_changes(monkey
     assert len(built) == 3
 
 
+def test_the_triangle_keeps_its_edge_points_and_labels_inside_the_chart():
+    """The demo store's 7-day triangle (2026-12-03): replica-2's current point sat at the top of the y domain
+    (TTFT p99 6.40 s, domain 0-6.5) and replicas 0 and 1 at the right end of x (217.8 tok/s, domain 0-220):
+    circles cut in half, labels cut off. Both scales now keep 24 px free at their top ends and start at 0,
+    and a current point's label in the right quarter of the x range goes left of it."""
+    from app import costviews
+
+    pts = pd.DataFrame({"replica": ["r0", "r1", "r2"], "window_start": pd.to_datetime(["2026-12-03 00:00"] * 3),
+                        "output_tokens_per_s": [10.0, 50.0, 90.0], "ttft_p99_s": [0.2, 6.4, 4.0],
+                        "cpst_usd": [0.1, 0.2, 0.3], "running": [0.5, 1.0, 1.5], "point": ["current (latest window)"] * 3})
+    spec = costviews.triangle_chart(pts, pts.iloc[[0, 2]], "output_tokens_per_s", "ttft_p99_s", "output tokens/s",
+                                    "TTFT p99 (s)").to_dict()
+    for layer in spec["layer"]:
+        for channel in ("x", "y"):
+            assert layer["encoding"][channel]["scale"] == {"padding": 24, "domainMin": 0}
+    texts = [layer for layer in spec["layer"] if layer["mark"]["type"] == "text"]
+    assert [(t["mark"]["align"], t["mark"]["dx"]) for t in texts] == [("left", 12), ("right", -12)]
+    # the flip at 10 + 0.75 x (90 - 10) = 70 tok/s: r2 (90) labelled on its left, r0 and r1 on their right
+    assert [t["transform"][0]["filter"] for t in texts] == [
+        "((datum.point === 'current (latest window)') && (!(datum['output_tokens_per_s'] > 70.0)))",
+        "((datum.point === 'current (latest window)') && (datum['output_tokens_per_s'] > 70.0))"]
+
+
 def test_every_group_bar_gets_a_band_and_a_label():
     """The cost page's "By task type" bars (demo store: 4 groups, two labels shown): a fixed height was
     squeezed with the axes and legend into the container and Vega hid the labels of the thin bands.

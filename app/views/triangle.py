@@ -8,7 +8,6 @@ the current operating point (each replica's latest window) are drawn. Data:
 
 from __future__ import annotations
 
-import altair as alt
 import pandas as pd
 import streamlit as st
 
@@ -55,28 +54,7 @@ pts["point"] = ["current (latest window)" if v else "earlier window" for v in la
 front = pareto.frontier(pts, x, y)
 pts["on_frontier"] = pts.index.isin(front.index)
 
-tooltip = [alt.Tooltip("replica:N"), alt.Tooltip("window_start:T", title="window start", format="%Y-%m-%d %H:%M"),
-           alt.Tooltip("requests:Q", title="requests"),
-           alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
-           alt.Tooltip("throughput_tokens_per_s:Q", title="tokens/s (prompt+output)", format=",.1f"),
-           alt.Tooltip("successful_tasks_per_hour:Q", title="successful tasks/h", format=",.1f"),
-           alt.Tooltip("ttft_p99_s:Q", title="TTFT p99 (s)", format=".3f"),
-           alt.Tooltip("e2e_p99_s:Q", title="e2e p99 (s)", format=".3f"),
-           alt.Tooltip("cpst_usd:Q", title="CPST (USD)", format="$.4f"),
-           alt.Tooltip("spend_usd:Q", title="spend (USD)", format="$.4f"),
-           alt.Tooltip("running:Q", title="running requests (mean)", format=".1f")]
-base = alt.Chart(pts).encode(x=alt.X(f"{x}:Q", title=x_label), y=alt.Y(f"{y}:Q", title=y_label))
-points = base.mark_circle(opacity=0.75, stroke="white", strokeWidth=0.5).encode(
-    color=alt.Color("cpst_usd:Q", title="CPST (USD)", scale=alt.Scale(scheme="redyellowgreen", reverse=True)),
-    size=alt.Size("running:Q", title="running requests", scale=alt.Scale(range=[30, 600])),
-    tooltip=tooltip)
-current = base.transform_filter(alt.datum.point == "current (latest window)").mark_point(
-    shape="diamond", size=320, filled=False, strokeWidth=2.5, color="black").encode(tooltip=tooltip)
-labels = base.transform_filter(alt.datum.point == "current (latest window)").mark_text(
-    dx=12, dy=-10, fontWeight="bold", align="left").encode(text=alt.Text("replica:N"))
-frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2, interpolate="step-after"
-                                           ).encode(x=alt.X(f"{x}:Q"), y=alt.Y(f"{y}:Q"))
-ui.chart((points + frontier_line + current + labels).properties(height=520).interactive(), width="stretch")
+ui.cached_chart("app.costviews:triangle_chart", (pts, front, x, y, x_label, y_label), width="stretch")
 st.markdown(
     "**Reading it.** Each dot is one replica over one window. Right is more throughput, down is a better tail; "
     "green is cheaper per successful task, a bigger dot is a fuller batch. The dashed line is the **Pareto "

@@ -117,6 +117,38 @@ def waterfall_bars(steps: list[dict]) -> pd.DataFrame:
 TRIANGLE_PADDING_PX = 24
 # A current point's label goes left of it in the right quarter of the x range (right of it, it ran off the chart).
 TRIANGLE_LABEL_FLIP = 0.75
+# Current points closer than these shares of the x and y ranges share one label (a label is ~60 px wide and
+# ~12 px high on a ~700 x 520 px plot): the fresh demo's four replicas, idle in the current hour, drew four
+# names on top of each other.
+TRIANGLE_LABEL_NEAR = (0.1, 0.04)
+
+
+def triangle_labels(current: pd.DataFrame, x: str, y: str, x_span: float, y_span: float) -> list[str]:
+    """One label per row of ``current`` (each replica's latest window), in its order: points closer than
+    :data:`TRIANGLE_LABEL_NEAR` of the spans ``x_span`` / ``y_span`` to a labelled one (in the order of x,
+    then y) add their replica to its label and get "" themselves; a label names at most two replicas, then
+    "+N"."""
+    near_x, near_y = TRIANGLE_LABEL_NEAR[0] * (x_span or 1.0), TRIANGLE_LABEL_NEAR[1] * (y_span or 1.0)
+    anchors: list[tuple[float, float, list[str]]] = []
+    owner: dict = {}
+    for idx, row in current.sort_values([x, y]).iterrows():
+        px, py = float(row[x]), float(row[y])
+        for ax, ay, names in anchors:
+            if abs(px - ax) <= near_x and abs(py - ay) <= near_y:
+                names.append(str(row["replica"]))
+                owner[idx] = None
+                break
+        else:
+            anchors.append((px, py, [str(row["replica"])]))
+            owner[idx] = anchors[-1][2]
+    out = []
+    for idx in current.index:
+        names = owner.get(idx)
+        if not names:
+            out.append("")
+        else:
+            out.append(", ".join(names[:2]) + (f" +{len(names) - 2}" if len(names) > 2 else ""))
+    return out
 
 
 def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_label: str, y_label: str,
@@ -126,7 +158,8 @@ def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_lab
     step line, each replica's latest window as a black diamond labelled with the replica. ``pts``: the
     columns of ``schema.queries.cost.replica_windows`` plus ``running`` and ``point`` ("current (latest
     window)" / "earlier window"). Both scales keep :data:`TRIANGLE_PADDING_PX` free at their top ends and
-    start at 0; a label in the right quarter of the x range is drawn left of its point."""
+    start at 0; a label in the right quarter of the x range is drawn left of its point; current points
+    close together share one label (:func:`triangle_labels`)."""
     tooltip = [alt.Tooltip("replica:N"), alt.Tooltip("window_start:T", title="window start", format="%Y-%m-%d %H:%M"),
                alt.Tooltip("requests:Q", title="requests"),
                alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
@@ -151,13 +184,19 @@ def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_lab
     values = pd.to_numeric(pts[x], errors="coerce") if x in pts.columns else pd.Series(dtype=float)
     lo, hi = (float(values.min()), float(values.max())) if values.notna().any() else (0.0, 0.0)
     flip = lo + TRIANGLE_LABEL_FLIP * (hi - lo)
+    ys = pd.to_numeric(pts[y], errors="coerce") if y in pts.columns else pd.Series(dtype=float)
+    y_span = float(ys.max() - ys.min()) if ys.notna().any() else 0.0
+    cur = pts[(pts["point"] == "current (latest window)") & values.notna() & ys.notna()]
+    labelled = cur.assign(label=triangle_labels(cur, x, y, hi - lo, y_span))
+    labelled = labelled[labelled["label"] != ""]
+    base_labels = alt.Chart(labelled).encode(x=x_enc, y=y_enc)
     right_side = alt.datum[x] > flip
-    labels = [base.transform_filter(is_current & ~right_side).mark_text(dx=12, dy=-10, fontWeight="bold", align="left"),
-              base.transform_filter(is_current & right_side).mark_text(dx=-12, dy=-10, fontWeight="bold", align="right")]
+    labels = [base_labels.transform_filter(~right_side).mark_text(dx=12, dy=-10, fontWeight="bold", align="left"),
+              base_labels.transform_filter(right_side).mark_text(dx=-12, dy=-10, fontWeight="bold", align="right")]
     frontier_line = alt.Chart(front).mark_line(color="#1f77b4", strokeDash=[6, 3], strokeWidth=2,
                                                interpolate="step-after").encode(x=x_enc, y=y_enc)
     return alt.layer(points, frontier_line, current,
-                     *[label.encode(text=alt.Text("replica:N")) for label in labels]).properties(height=height).interactive()
+                     *[label.encode(text=alt.Text("label:N")) for label in labels]).properties(height=height).interactive()
 
 
 def waterfall_chart(bars: pd.DataFrame, height: int = 380) -> alt.Chart:

@@ -164,7 +164,9 @@ def details() -> None:
             "share of spend": st.column_config.NumberColumn(format="percent"),
             "is_subset": st.column_config.CheckboxColumn("inside the others", help="partial streams are part of the "
                                                          "categories above, not added to them"),
-            "tokens": st.column_config.NumberColumn("tokens", format="%d")})
+            "tokens": st.column_config.NumberColumn("tokens", format="%d")},
+            # the share of spend beside the USD (in the query's order it was past the column's edge)
+            column_order=("category", "USD", "share of spend", "is_subset", "calls", "tokens"))
         partial = waste[waste["category"] == "partial"]
         if len(partial) and partial.iloc[0]["usd"]:
             p = partial.iloc[0]

@@ -121,6 +121,8 @@ TRIANGLE_LABEL_FLIP = 0.75
 # ~12 px high on a ~700 x 520 px plot): the fresh demo's four replicas, idle in the current hour, drew four
 # names on top of each other.
 TRIANGLE_LABEL_NEAR = (0.1, 0.04)
+# The ``point`` value of a replica's latest window (its current operating point).
+CURRENT_POINT = "current (latest window)"
 
 
 def triangle_labels(current: pd.DataFrame, x: str, y: str, x_span: float, y_span: float) -> list[str]:
@@ -156,10 +158,10 @@ def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_lab
     """The latency-cost-throughput triangle: one circle per replica and window (``x`` throughput, ``y``
     p99 latency, colour CPST, size mean running requests), the Pareto frontier ``front`` as a dashed
     step line, each replica's latest window as a black diamond labelled with the replica. ``pts``: the
-    columns of ``schema.queries.cost.replica_windows`` plus ``running`` and ``point`` ("current (latest
-    window)" / "earlier window"). Both scales keep :data:`TRIANGLE_PADDING_PX` free at their top ends and
-    start at 0; a label in the right quarter of the x range is drawn left of its point; current points
-    close together share one label (:func:`triangle_labels`)."""
+    columns of ``schema.queries.cost.replica_windows`` plus ``running`` and ``point``
+    (:data:`CURRENT_POINT` / "earlier window"). Both scales keep :data:`TRIANGLE_PADDING_PX` free at
+    their top ends and start at 0; a label in the right quarter of the x range is drawn left of its
+    point; current points close together share one label (:func:`triangle_labels`)."""
     tooltip = [alt.Tooltip("replica:N"), alt.Tooltip("window_start:T", title="window start", format="%Y-%m-%d %H:%M"),
                alt.Tooltip("requests:Q", title="requests"),
                alt.Tooltip("output_tokens_per_s:Q", title="output tokens/s", format=",.1f"),
@@ -178,15 +180,14 @@ def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_lab
         color=alt.Color("cpst_usd:Q", title="CPST (USD)", scale=alt.Scale(scheme="redyellowgreen", reverse=True)),
         size=alt.Size("running:Q", title="running requests", scale=alt.Scale(range=[30, 600])),
         tooltip=tooltip)
-    is_current = alt.datum.point == "current (latest window)"
+    is_current = alt.datum.point == CURRENT_POINT
     current = base.transform_filter(is_current).mark_point(
         shape="diamond", size=320, filled=False, strokeWidth=2.5, color="black").encode(tooltip=tooltip)
-    values = pd.to_numeric(pts[x], errors="coerce") if x in pts.columns else pd.Series(dtype=float)
+    values, ys = pd.to_numeric(pts[x], errors="coerce"), pd.to_numeric(pts[y], errors="coerce")
     lo, hi = (float(values.min()), float(values.max())) if values.notna().any() else (0.0, 0.0)
     flip = lo + TRIANGLE_LABEL_FLIP * (hi - lo)
-    ys = pd.to_numeric(pts[y], errors="coerce") if y in pts.columns else pd.Series(dtype=float)
     y_span = float(ys.max() - ys.min()) if ys.notna().any() else 0.0
-    cur = pts[(pts["point"] == "current (latest window)") & values.notna() & ys.notna()]
+    cur = pts[(pts["point"] == CURRENT_POINT) & values.notna() & ys.notna()]
     labelled = cur.assign(label=triangle_labels(cur, x, y, hi - lo, y_span))
     labelled = labelled[labelled["label"] != ""]
     base_labels = alt.Chart(labelled).encode(x=x_enc, y=y_enc)

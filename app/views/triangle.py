@@ -50,7 +50,7 @@ if not len(df):
 pts = ui.to_viewer(df, ["window_start"], naive=True)
 pts["running"] = pd.to_numeric(pts.get("running_requests_avg"), errors="coerce").fillna(0.0)
 latest = pts["window_start"] == pts.groupby("replica")["window_start"].transform("max")
-pts["point"] = ["current (latest window)" if v else "earlier window" for v in latest]
+pts["point"] = [costviews.CURRENT_POINT if v else "earlier window" for v in latest]
 front = pareto.frontier(pts, x, y)
 pts["on_frontier"] = pts.index.isin(front.index)
 

@@ -246,6 +246,19 @@ def local_time(value: datetime | None, fmt: str = "%Y-%m-%d %H:%M:%S") -> str:
     return value.astimezone(viewer_tz()).strftime(fmt)
 
 
+def metric_delta(delta: float | None, render, lower_better: bool = True) -> dict:
+    """``st.metric`` keyword arguments for a change ``delta`` (the value minus the one it is compared
+    with; None: no comparison) shown as ``render(delta, True)``: green when the change is good (down
+    when ``lower_better``), red when bad, grey and without arrow when it shows as no change (a
+    ``+0.0 pp`` that rounds from a tiny difference is not a rise). Returns {} for None."""
+    if delta is None or pd.isna(delta):
+        return {}
+    shown = render(delta, True)
+    if not delta or not any(ch in "123456789" for ch in shown):
+        return {"delta": shown, "delta_color": "off", "delta_arrow": "off"}
+    return {"delta": shown, "delta_color": "inverse" if lower_better else "normal"}
+
+
 def table(df: pd.DataFrame, key: str, filename: str, column_config: dict | None = None, height=None,
           hide_index: bool = True, **kwargs):
     """Show ``df`` and a 'Download CSV' button for exactly the rows shown. Returns the dataframe event."""

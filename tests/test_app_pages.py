@@ -76,7 +76,7 @@ def test_live_page_shows_the_hand_computed_tiles(tiny_app):
     assert m["Queue (req)"] == ("4", "+3")
     assert m["Running (req)"][0] == "3" and not m["Running (req)"][1]  # no running gauge before: no delta
     assert m["KV-cache use"][0] == "37.5 %"
-    assert m["Goodput (tasks/h)"][0] == "12.0"
+    assert m["Goodput/h"][0] == "12.0"
     assert m["Requests/s"][0] == "0.01"
     # the degraded replica is called out, and every table can be downloaded
     assert any("r2" in w.value and "error rate 67%" in w.value for w in at.warning)
@@ -162,7 +162,7 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
     m = _metrics(at)
     assert m["TTFT p95"][0] == fmt.seconds(t.current.ttft_p95_s)
     assert m["Error rate"][0] == fmt.pct(t.current.error_rate)
-    assert m["Goodput (tasks/h)"][0] == fmt.rate(t.current.goodput_per_h, "").strip()
+    assert m["Goodput/h"][0] == fmt.rate(t.current.goodput_per_h, "").strip()
     health = ops.replica_health(store, end - timedelta(minutes=5), end)
     shown = at.dataframe[0].value
     assert list(shown["replica"]) == list(health["replica"])

@@ -288,3 +288,18 @@ def test_every_group_bar_gets_a_band_and_a_label():
     assert spec["height"] == {"step": 36}
     assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False
     assert spec["encoding"]["y"]["axis"]["labelLimit"] >= 200
+
+
+def test_a_delta_that_shows_as_no_change_is_grey_and_without_arrow():
+    from app import ui
+
+    # a KV-cache use of 37.51 % after 37.50 %: +0.01 pp shows as "+0.0 pp", which is not a rise
+    assert ui.metric_delta(0.3751 - 0.3750, fmt.pct) == {"delta": "+0.0 pp", "delta_color": "off", "delta_arrow": "off"}
+    assert ui.metric_delta(-0.0001, fmt.pct) == {"delta": "-0.0 pp", "delta_color": "off", "delta_arrow": "off"}
+    assert ui.metric_delta(0.0, fmt.seconds) == {"delta": "0.0 ms", "delta_color": "off", "delta_arrow": "off"}
+    # a real change keeps its colour: up is bad for a latency, good for goodput
+    assert ui.metric_delta(0.061, fmt.seconds) == {"delta": "+61 ms", "delta_color": "inverse"}
+    assert ui.metric_delta(0.05, fmt.pct, lower_better=False) == {"delta": "+5.0 pp", "delta_color": "normal"}
+    assert ui.metric_delta(-0.02, fmt.usd) == {"delta": "-$0.0200", "delta_color": "inverse"}
+    # no comparison: no delta at all
+    assert ui.metric_delta(None, fmt.pct) == {} and ui.metric_delta(float("nan"), fmt.pct) == {}

@@ -78,8 +78,7 @@ def _delta(key: str, render, lower_better: bool = True):
     b = previous.get(key)
     if a is None or b is None or pd.isna(a) or pd.isna(b):
         return {}
-    d = float(a) - float(b)
-    return {"delta": render(d, True), "delta_color": "off" if d == 0 else "inverse" if lower_better else "normal"}
+    return ui.metric_delta(float(a) - float(b), render, lower_better)
 
 
 st.caption(f"{ui.local_time(f.start, '%Y-%m-%d %H:%M')} – {ui.local_time(f.end, '%Y-%m-%d %H:%M')} "

@@ -79,8 +79,8 @@ TILES = [
      "Sum over replicas of vllm:num_requests_running (batch occupancy; newest minute)."),
     ("KV-cache use", "kv_cache_usage", fmt.pct, True,
      "Mean over replicas of vllm:kv_cache_usage_perc (0-100 %; newest minute)."),
-    ("Goodput (tasks/h)", "goodput_per_h", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
-     "Successful tasks that met their end-to-end SLO (slo.e2e_ms), per hour."),
+    ("Goodput/h", "goodput_per_h", lambda v, s=False: fmt.rate(v, "", s).strip(), False,
+     "Goodput: successful tasks that met their end-to-end SLO (slo.e2e_ms), per hour (tasks/h)."),
 ]
 
 
@@ -108,11 +108,8 @@ def tiles(view: filters.Filters, q: dict):
     for row in (TILES[:6], TILES[6:]):
         cols = st.columns(len(row))
         for col, (label, attr, render, lower_better, help_) in zip(cols, row):
-            value = getattr(t.current, attr)
-            delta = t.delta(attr)
-            color = "off" if not delta else "inverse" if lower_better else "normal"
-            col.metric(label, render(value), delta=None if delta is None else render(delta, True),
-                       delta_color=color, help=help_, border=True)
+            col.metric(label, render(getattr(t.current, attr)), help=help_, border=True,
+                       **ui.metric_delta(t.delta(attr), render, lower_better))
     if t.current.requests == 0:
         ui.empty_state(f"No engine request finished in the last {window_label}.",
                        "Widen the tile window or the time range, or check that vLLM exports spans. " + ui.no_spans_hint()

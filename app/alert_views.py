@@ -75,12 +75,22 @@ def chain(row) -> list[dict[str, Any]]:
     return sorted(out, key=lambda x: x["started_at"])
 
 
+CANDIDATE_NUMBERS = ["speed_before", "speed_after", "error_rate_before", "error_rate_after", "abandoned_rate_before",
+                     "abandoned_rate_after", "failure_share", "load_ratio", "explains"]
+
+
 def candidates(row) -> pd.DataFrame:
-    """A cascade row's culprit candidates with their evidence (onset, speed, failures, share, load)."""
+    """A cascade row's culprit candidates with their evidence (alerts.cascade.candidate): replica,
+    ``onset_at`` (UTC datetime; NaT if the evidence has none), ``evidence`` (speed | errors |
+    abandoned) and :data:`CANDIDATE_NUMBERS` as floats (NaN where a step was not found): speed ratios,
+    rates and shares as fractions 0..1, the load ratio and ``explains`` as multiples."""
     found = (evidence(row.get("evidence")).get("figures") or {}).get("candidates") or []
-    cols = ["replica", "onset_at", "evidence", "speed_before", "speed_after", "error_rate_before", "error_rate_after",
-            "abandoned_rate_before", "abandoned_rate_after", "failure_share", "load_ratio", "explains"]
-    return pd.DataFrame([{c: x.get(c) for c in cols} for x in found], columns=cols)
+    cols = ["replica", "onset_at", "evidence", *CANDIDATE_NUMBERS]
+    df = pd.DataFrame([{c: x.get(c) for c in cols} for x in found], columns=cols)
+    df["onset_at"] = pd.to_datetime(df["onset_at"], utc=True, errors="coerce")
+    for c in CANDIDATE_NUMBERS:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+    return df
 
 
 def affected_replicas(row, all_replicas: list[str]) -> list[str]:

@@ -57,6 +57,10 @@ def test_open_cascade_is_pinned_with_its_chain_and_members_grouped(replayed):
     assert list(chain["step"]) == ["trigger", "sustaining", "pressure"]
     candidates = next(d.value for d in at.dataframe if "evidence" in d.value.columns and "replica" in d.value.columns)
     assert list(candidates["replica"]) == ["r2"] and candidates.iloc[0]["speed_after"] == 3.0
+    # its onset is a time in the viewer's zone (the trigger step's), and a step not found is a blank number
+    trigger_at = chain.loc[chain["step"] == "trigger", "at"].iloc[0]
+    assert candidates.iloc[0]["onset_at"].strftime("%Y-%m-%d %H:%M:%S") == trigger_at
+    assert candidates["error_rate_before"].dtype == "float64" and pd.isna(candidates.iloc[0]["error_rate_before"])
     open_table = next(d.value for d in at.dataframe if "grouped" in d.value.columns)
     assert open_table.iloc[0]["rule"] == "cascading_degradation"  # triage order: the cascade first
     assert set(open_table.loc[open_table["rule"] != "cascading_degradation", "grouped"]) == {"under cascade"}

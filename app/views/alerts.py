@@ -138,7 +138,15 @@ for _, row in (cascades.head(3).iterrows() if len(cascades) else []):
         if len(cand):
             st.caption("Culprit candidates: whose own speed or failures stepped up first, share of the fleet's failed "
                        "attempts, load ratio at the onset, and how much of the others' load rise its failures explain.")
-            st.dataframe(cand, hide_index=True, width="stretch")
+            pct = lambda label: st.column_config.NumberColumn(label, format="percent")  # noqa: E731
+            times = lambda label: st.column_config.NumberColumn(label, format="%.2fx")  # noqa: E731
+            st.dataframe(ui.to_viewer(cand, ["onset_at"]), hide_index=True, width="stretch", column_config={
+                "onset_at": st.column_config.DatetimeColumn("onset", format="YYYY-MM-DD HH:mm:ss"),
+                "speed_before": times("speed before"), "speed_after": times("speed after"),
+                "error_rate_before": pct("error rate before"), "error_rate_after": pct("error rate after"),
+                "abandoned_rate_before": pct("abandoned before"), "abandoned_rate_after": pct("abandoned after"),
+                "failure_share": pct("share of failed attempts"), "load_ratio": times("load ratio"),
+                "explains": pct("explains others' load rise")})
         for action in (av.evidence(row["evidence"]).get("figures") or {}).get("actions") or []:
             st.markdown(f"- {action}")
         st.markdown(f"[Link to this alert](?alert_id={row['alert_id']})")

@@ -71,6 +71,7 @@ ui.table(table[cols], key="tri_table", filename="triangle_windows.csv", column_c
     "window_start": st.column_config.DatetimeColumn(f"window start ({ui.tz_label()})", format="YYYY-MM-DD HH:mm"),
     "output_tokens_per_s": st.column_config.NumberColumn("output tok/s", format="%.1f"),
     "throughput_tokens_per_s": st.column_config.NumberColumn("tok/s", format="%.1f"),
+    "successful_tasks": st.column_config.NumberColumn("successful tasks", format="%d"),
     "successful_tasks_per_hour": st.column_config.NumberColumn("successes/h", format="%.1f"),
     "ttft_p99_s": st.column_config.NumberColumn("TTFT p99 (s)", format="%.3f"),
     "e2e_p99_s": st.column_config.NumberColumn("e2e p99 (s)", format="%.2f"),
@@ -78,5 +79,6 @@ ui.table(table[cols], key="tri_table", filename="triangle_windows.csv", column_c
     "idle_usd": st.column_config.NumberColumn("idle (USD)", format="$%.4f"),
     "cpst_usd": st.column_config.NumberColumn("CPST (USD)", format="$%.4f"),
     "running_requests_avg": st.column_config.NumberColumn("running (mean req)", format="%.1f"),
+    "on_frontier": st.column_config.CheckboxColumn("on frontier"),
 }, height=320)
 st.caption(f"{fmt.count(len(pts))} points, {fmt.count(len(front))} on the frontier.")

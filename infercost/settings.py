@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+import click
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DATA_DIR = Path(".infercost")
+# values never echoed in an error message (register_secrets lists the same fields)
+SECRET_FIELDS = ("ingest_token", "review_smtp_password", "review_webhook_url")
 
 
 class Settings(BaseSettings):
@@ -91,6 +94,19 @@ class Settings(BaseSettings):
 
         return validate_identifier(value)
 
+    @field_validator("clickhouse_url")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        from schema.store import StoreURL
+
+        if value.strip() == "chdb://":
+            # an empty path would open a throwaway in-memory store, and read commands would print
+            # the figures of an empty one as if they were the fleet's
+            raise ValueError("chdb:// needs a directory (chdb://<directory>) or chdb://memory")
+        if value:
+            StoreURL.parse(value)  # ValueError naming the accepted forms
+        return value
+
     @property
     def store_url(self) -> str:
         """The effective store URL: ``clickhouse_url`` or the embedded default under ``data_dir``."""
@@ -112,13 +128,41 @@ class Settings(BaseSettings):
         """Tell :mod:`schema.redact` the secret values among these settings, so no output shows them."""
         from schema.redact import register_secret
 
-        for value in (self.ingest_token, self.review_smtp_password, self.review_webhook_url):
-            register_secret(value)
+        for field in SECRET_FIELDS:
+            register_secret(getattr(self, field))
+
+
+class SettingsError(click.ClickException):
+    """Invalid settings: one line per bad value, naming its environment variable (or flag); the CLI
+    prints it as ``Error: ...`` and exits 1 (click), never a traceback."""
 
 
 def load_settings(**overrides) -> Settings:
     """Settings from the environment, with explicit overrides (CLI flags) on top; their secret values
-    are registered for redaction."""
-    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    are registered for redaction.
+
+    Raises:
+        SettingsError: a value is invalid (e.g. ``INFERCOST_RETENTION_DAYS=abc``, an unsupported
+            ``INFERCOST_CLICKHOUSE_URL``); its message names the variable, the value and what is wrong.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        raise SettingsError("; ".join(_problem(err, given) for err in exc.errors())) from None
     settings.register_secrets()
     return settings
+
+
+def _problem(err: dict, given: dict) -> str:
+    from schema.redact import redact
+
+    field = str(err["loc"][0]) if err.get("loc") else ""
+    flag = field in given
+    source = f"--{field.replace('_', '-')}" if flag else f"INFERCOST_{field.upper()}"
+    message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    value = err.get("input")
+    if field in SECRET_FIELDS or not isinstance(value, (str, int, float)):
+        return f"{source}: {message}"
+    shown = repr(redact(value)) if isinstance(value, str) else value  # a store URL may carry a password
+    return f"{source} {shown}: {message}" if flag else f"{source}={shown}: {message}"

@@ -54,6 +54,13 @@ def test_cost_command_end_to_end_in_its_own_store(tmp_path):
     result = _run(["--fleet", str(bad)], tmp_path)
     assert result.returncode == 1
     assert "bad.yaml:4: gpu_types.H100.prices.0.usd_per_gpu_hour" in result.stderr
+    # the budgets of the fleet file are checked (and synced) by this command too
+    negative = tmp_path / "negative_budget.yaml"
+    negative.write_text((ROOT / "fleet.example.yaml").read_text().replace("usd_per_day: 100", "usd_per_day: -100"))
+    result = _run(["--fleet", str(negative)], tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"Error: {negative}: invalid budgets: budgets.tenant.acme.usd_per_day must be a "
+                                     "number > 0, got -100")
 
     # Issue 17 fault 3: a read command never creates an empty store by accident; it says what to run.
     result = _run(["--since", "2h"], tmp_path)
@@ -68,5 +75,6 @@ def test_cost_command_end_to_end_in_its_own_store(tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"store: {tmp_path / 'data' / 'clickhouse'}" in result.stderr
     assert "synced" in result.stderr and "recomputed" in result.stderr
+    assert ", 2 budget(s)" in result.stderr  # acme 100/day, research_agent 1500/week
     assert result.stdout.splitlines()[0].startswith("cost summary ")
     assert "CPST $/task" in result.stdout and "spend $" in result.stdout

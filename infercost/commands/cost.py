@@ -134,6 +134,7 @@ def command(since, by, recompute, fleet_file, clickhouse_url, task_id):
     and older minutes are read as last computed.
     """
     from infercost.locate import APIClient, NoStoreHere, open_for_reading
+    from schema.budgets import parse_budgets, sync_budgets
     from schema.fleet import FleetError, load_fleet, sync_fleet
     from schema.jobs import refresh, run_jobs, watermark
     from schema.migrate import MigrationError
@@ -143,12 +144,15 @@ def command(since, by, recompute, fleet_file, clickhouse_url, task_id):
     period = parse_duration(since)
     settings = load_settings(clickhouse_url=clickhouse_url)
     path = fleet_file or settings.fleet_file
-    fleet = None
+    fleet, budgets = None, []
     try:
         if fleet_file or path.exists():
             fleet = load_fleet(path)
+            budgets = parse_budgets(fleet.budgets)
     except FleetError as exc:
         raise click.ClickException(str(exc)) from exc
+    except ValueError as exc:  # the budgets: section
+        raise click.ClickException(f"{path}: {exc}") from exc
     end = datetime.now(timezone.utc).replace(second=0, microsecond=0)
     start = end - period
     try:
@@ -169,7 +173,9 @@ def command(since, by, recompute, fleet_file, clickhouse_url, task_id):
             return
         if fleet is not None:
             sync_fleet(store, fleet)
-            click.echo(f"synced {path}: {len(fleet.gpu_types)} GPU type(s), {len(fleet.replicas)} replica(s)", err=True)
+            sync_budgets(store, budgets)  # the fleet file is the budgets' source too (as `infercost up`)
+            click.echo(f"synced {path}: {len(fleet.gpu_types)} GPU type(s), {len(fleet.replicas)} replica(s)"
+                       + (f", {len(budgets)} budget(s)" if budgets else ""), err=True)
         else:
             click.echo(f"no fleet file at {path}: using the prices already in the store", err=True)
         if recompute:

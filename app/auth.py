@@ -25,6 +25,8 @@ import hmac
 import threading
 from dataclasses import dataclass
 
+from schema.redact import bearer_matches, credentials
+
 _lock = threading.Lock()
 
 
@@ -42,11 +44,11 @@ class AuthConfig:
     def check_header(self, header: str) -> bool:
         """True when an ``Authorization`` header value carries the token or the basic credentials."""
         header = (header or "").strip()
-        if self.token and header.startswith("Bearer "):
-            return hmac.compare_digest(header[7:].strip().encode(), self.token.encode())
-        if self.basic and header.startswith("Basic "):
+        if self.token and credentials(header, "Bearer") is not None:
+            return bearer_matches(header, self.token)
+        if self.basic and (basic := credentials(header, "Basic")) is not None:
             try:
-                given = base64.b64decode(header[6:].strip(), validate=True).decode()
+                given = base64.b64decode(basic, validate=True).decode()
             except (ValueError, UnicodeDecodeError):
                 return False
             return hmac.compare_digest(given.encode(), self.basic.encode())

@@ -42,7 +42,6 @@ docs/reliability.md.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -70,7 +69,7 @@ from collectors.otlp_metrics import MetricRows
 from collectors.spool import KIND_METRIC_ROWS, KIND_METRICS, KIND_TRACES, Spool, SpoolFull
 from collectors.stats import ReceiverCollector, ReceiverStats
 from collectors.writer import BATCH_CAP_BYTES, BatchWriter
-from schema.redact import redact
+from schema.redact import bearer_matches, redact
 
 log = logging.getLogger(__name__)
 
@@ -296,8 +295,7 @@ def create_app(receiver: Receiver) -> Starlette:
         media = common.JSON if "json" in (request.headers.get("content-type") or "") else common.PROTOBUF
         try:
             if config.ingest_token:
-                auth = request.headers.get("authorization", "")
-                if not hmac.compare_digest(auth.encode(), f"Bearer {config.ingest_token}".encode()):
+                if not bearer_matches(request.headers.get("authorization"), config.ingest_token):
                     stats.count_request(path, 401)
                     return _status_response(401, "missing or wrong bearer token (Authorization: Bearer <token>)", media)
             media = _media(request)

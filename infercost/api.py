@@ -38,7 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from schema.redact import redact
+from schema.redact import bearer_matches, redact
 
 log = logging.getLogger(__name__)
 
@@ -196,8 +196,7 @@ class QueryAPI:
     def _authorised(self, request: Request) -> bool:
         if not self.token:
             return True
-        given = request.headers.get("authorization", "")
-        return secrets.compare_digest(given, f"Bearer {self.token}")
+        return bearer_matches(request.headers.get("authorization"), self.token)
 
     def _endpoint(self, handler):
         async def endpoint(request: Request):

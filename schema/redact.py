@@ -19,6 +19,7 @@ Streamlit's — can print an unredacted record.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 import threading
@@ -115,3 +116,20 @@ def install_log_redaction() -> None:
         return
     logging.setLogRecordFactory(_redacting_factory(current))
     _installed = True
+
+
+def credentials(header: str | None, scheme: str) -> str | None:
+    """The credentials of an ``Authorization`` header value if its scheme is ``scheme`` (``Bearer``,
+    ``Basic``), else None. Schemes are case-insensitive (RFC 9110 11.1: ``bearer abc`` is ``Bearer
+    abc``); the credentials are stripped of surrounding blanks."""
+    parts = (header or "").strip().split(None, 1)
+    if len(parts) != 2 or parts[0].lower() != scheme.lower():
+        return None
+    return parts[1].strip()
+
+
+def bearer_matches(header: str | None, token: str) -> bool:
+    """True when ``header`` (an ``Authorization`` value) is ``Bearer <token>`` (scheme in any case),
+    compared in constant time; False for an empty ``token``."""
+    given = credentials(header, "Bearer")
+    return bool(token) and given is not None and hmac.compare_digest(given.encode(), token.encode())

@@ -153,6 +153,9 @@ def test_auth_config_checks_headers_in_constant_time_forms():
 
     config = auth.AuthConfig(token="t0k", basic="ann:pw")
     assert config.check_header("Bearer t0k") and not config.check_header("Bearer t0")
+    assert config.check_header("bearer t0k") and config.check_header("BEARER  t0k ")  # schemes: any case
+    assert not config.check_header("Bearer") and not config.check_header("Bearert0k") and not config.check_header("")
+    assert config.check_header("basic " + base64.b64encode(b"ann:pw").decode())
     assert config.check_header("Basic " + base64.b64encode(b"ann:pw").decode())
     assert not config.check_header("Basic " + base64.b64encode(b"ann:px").decode())
     assert config.check_form("", "t0k") and config.check_form("ann", "pw") and not config.check_form("bob", "pw")

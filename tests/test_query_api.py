@@ -62,6 +62,19 @@ def test_api_answers_are_the_named_queries(served):
     assert httpx.get(server.url).json()["version"] == 1
 
 
+def test_the_api_token_is_a_bearer_token_in_any_case_of_the_scheme(served):
+    store = served[0]
+    server = APIServer(QueryAPI(store, token="t0k")).start()
+    try:
+        url = server.url + "/tasks"
+        assert httpx.get(url, params={"limit": 1}).status_code == 401
+        assert httpx.get(url, params={"limit": 1}, headers={"Authorization": "Bearer t0"}).status_code == 401
+        for header in ("Bearer t0k", "bearer t0k", "BEARER  t0k"):
+            assert httpx.get(url, params={"limit": 1}, headers={"Authorization": header}).status_code == 200, header
+    finally:
+        server.stop()
+
+
 def test_cost_metrics_for_prometheus(served):
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -289,7 +289,10 @@ def test_bearer_token_health_and_prometheus_metrics(store, tmp_path):
         body = _span_request(_span(1), _span(2, start=T0 + 1, end=T0)).SerializeToString()
         resp = httpx.post(f"{r.url}/v1/traces", content=body, headers=PB)
         assert resp.status_code == 401 and "bearer token" in _status(resp)
-        resp = httpx.post(f"{r.url}/v1/traces", content=body, headers={**PB, "authorization": "Bearer s3cret"})
+        resp = httpx.post(f"{r.url}/v1/traces", content=body, headers={**PB, "authorization": "Bearer s3cret2"})
+        assert resp.status_code == 401
+        # the scheme is case-insensitive (RFC 9110 11.1): an exporter sending "bearer" is let in
+        resp = httpx.post(f"{r.url}/v1/traces", content=body, headers={**PB, "authorization": "bearer s3cret"})
         assert resp.status_code == 200
         assert r.flush(10)
         health = httpx.get(f"{r.url}/health").json()
@@ -298,7 +301,7 @@ def test_bearer_token_health_and_prometheus_metrics(store, tmp_path):
         for line in ("infercost_receiver_spans_received_total 2.0", "infercost_receiver_spans_stored_total 1.0",
                      "infercost_receiver_spans_rejected_total 1.0", "infercost_receiver_queue_rows 0.0",
                      "infercost_receiver_spool_bytes 0.0", "infercost_receiver_store_available 1.0",
-                     'infercost_receiver_requests_total{code="401",path="/v1/traces"} 1.0'):
+                     'infercost_receiver_requests_total{code="401",path="/v1/traces"} 2.0'):
             assert line in text, line
         assert "infercost_receiver_newest_row_lag_seconds " in text
     finally:

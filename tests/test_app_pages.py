@@ -65,6 +65,17 @@ def big():
     drop_store(store)
 
 
+def test_an_empty_window_of_a_store_with_spans_says_where_the_data_is_not_no_spans_yet(tiny_app):
+    # the tiny scenario's spans are at 10:00-10:05 on 2026-11-02; an hour the day before holds none
+    at = _app({"range": "custom", "start": "2026-11-01T10:00:00Z", "end": "2026-11-01T11:00:00Z"})
+    boxes = [i.value for i in at.info]
+    assert any(b.startswith("No engine request finished in the last 5 min.") for b in boxes), boxes
+    # the newest span is older than a day: the hint says so (IngestStatus.last_span is of the last 24 h)
+    assert any("Widen the tile window or the time range: nothing arrived in the last 24 h." in b for b in boxes), boxes
+    assert any(b.startswith("No replica reported in this window.") for b in boxes), boxes
+    assert not any("No spans yet" in b for b in boxes), boxes
+
+
 def test_live_page_shows_the_hand_computed_tiles(tiny_app):
     at = _app(TINY_RANGE)
     assert at.title[0].value == "Live operations"

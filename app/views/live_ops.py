@@ -111,10 +111,19 @@ def tiles(view: filters.Filters, q: dict):
             col.metric(label, render(getattr(t.current, attr)), help=help_, border=True,
                        **ui.metric_delta(t.delta(attr), render, lower_better))
     if t.current.requests == 0:
-        ui.empty_state(f"No engine request finished in the last {window_label}.",
-                       "Widen the tile window or the time range, or check that vLLM exports spans. " + ui.no_spans_hint()
-                       if status.engine_calls == 0 else "Widen the tile window or the time range.")
+        ui.empty_state(f"No engine request finished in the last {window_label}.", quiet_hint("the tile window or "))
     return t
+
+
+def quiet_hint(what: str = "") -> str:
+    """What to do about an empty window: the spans' setup when the store holds no engine call at all,
+    else where the newest data is (a store with data is not told "No spans yet")."""
+    if status.engine_calls == 0:
+        return "Check that vLLM exports spans. " + ui.no_spans_hint()
+    newest = max((x for x in (status.last_span, status.last_gauge) if x is not None), default=None)
+    where = (f"the newest telemetry arrived at {ui.local_time(newest, '%Y-%m-%d %H:%M')} ({ui.tz_label()})"
+             if newest is not None else "nothing arrived in the last 24 h")
+    return f"Widen {what}the time range: {where}."
 
 
 def replica_table(view: filters.Filters, q: dict, gauges: pd.DataFrame | None = None) -> None:
@@ -125,7 +134,7 @@ def replica_table(view: filters.Filters, q: dict, gauges: pd.DataFrame | None = 
     health = ui.query("schema.queries.ops:replica_health", start, view.end, view.query_filters(), gauges=gauges,
                       live=True)
     if not len(health):
-        ui.empty_state("No replica reported in this window.", ui.no_spans_hint())
+        ui.empty_state("No replica reported in this window.", quiet_hint())
         return
     series = ui.ask(q["series"], live=True)
     per_replica = series[series["replica"] != ""]

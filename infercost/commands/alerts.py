@@ -126,7 +126,11 @@ def command(once, at, dry_run, interval, webhook, slack, alertmanager, clickhous
         notifiers = build_notifiers(webhook, slack, alertmanager, config.resend_s)
         when = None
         if at is not None:
-            when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+            try:
+                when = datetime.fromisoformat(at.replace("Z", "+00:00"))
+            except ValueError:
+                raise click.BadParameter(f"{at!r} is not an ISO 8601 time (e.g. 2026-12-01T12:00:00Z)",
+                                         param_hint="'--at'") from None
             when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
         if (at is not None or dry_run) and not once:
             raise ValueError("--at and --dry-run go with --once")

@@ -182,7 +182,7 @@ class Fleet(_Strict):
             problems.append(f"unknown_replica.gpu_type: {self.unknown_replica.gpu_type!r} is not one of gpu_types "
                             f"{sorted(self.gpu_types)}")
         if self.abandon_timeout_s > self.jobs.window_s - 600:
-            problems.append(f"abandon_timeout_s ({self.abandon_timeout_s}) must be at most jobs.window_s - 600 "
+            problems.append(f"abandon_timeout_s: {self.abandon_timeout_s} must be at most jobs.window_s - 600 "
                             f"({self.jobs.window_s - 600}) so abandonment is decided inside the recomputed window")
         if problems:
             raise ValueError("; ".join(problems))
@@ -247,11 +247,24 @@ def validate_yaml(text: str, source: str, model: type[BaseModel], error: type[Ex
         problems = []
         for err in exc.errors():
             loc = tuple(err["loc"])
-            line = _line_of(lines, loc)
-            path = ".".join(str(p) for p in loc) or "(top level)"
             message = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{source}:{line if line else '?'}: {path}: {message}")
+            # a whole-document check (a model validator) words each problem "<path>: <message>",
+            # joined by "; ": each gets the line of its own path
+            parts = [(loc, message)] if loc else [_cross_check(part) for part in message.split("; ")]
+            for where, text in parts:
+                line = _line_of(lines, where)
+                path = ".".join(str(p) for p in where) or "(top level)"
+                problems.append(f"{source}:{line if line else '?'}: {path}: {text}")
         raise error(f"invalid {what}:\n  " + "\n  ".join(problems)) from exc
+
+
+def _cross_check(problem: str) -> tuple[tuple, str]:
+    """``("replicas", "r0", "gpu_type"), "'H200' is not ..."`` from ``"replicas.r0.gpu_type: 'H200' is
+    not ..."``; ``(), problem`` when it does not start with a key path."""
+    head, sep, rest = problem.partition(": ")
+    if not sep or " " in head or not head:
+        return (), problem
+    return tuple(head.split(".")), rest
 
 
 def parse_fleet(text: str, source: str = "fleet.yaml") -> Fleet:

@@ -51,8 +51,9 @@ abandon_timeout_s: 7000
     fixed = text.replace("-1,", "3.6,").replace("gpu_count: 0", "gpu_count: 1").replace(", w_other: 3", "")
     with pytest.raises(FleetError) as info:
         parse_fleet(fixed, "fleet.yaml")
-    assert "'B200' is not one of gpu_types ['H100']" in str(info.value)
-    assert "abandon_timeout_s (7000) must be at most jobs.window_s - 600 (6600)" in str(info.value)
+    # each on the line of its own key, not the document's first line
+    assert "fleet.yaml:6: replicas.r1.gpu_type: 'B200' is not one of gpu_types ['H100']" in str(info.value)
+    assert "fleet.yaml:9: abandon_timeout_s: 7000 must be at most jobs.window_s - 600 (6600)" in str(info.value)
 
 
 def test_yaml_syntax_and_shape_errors():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections import Counter, defaultdict
@@ -101,7 +102,10 @@ def test_span_contract_of_a_two_step_task():
 
 def test_metric_points_follow_the_contract_and_conserve_tokens():
     sink = MemorySink()
-    plans = chat_plans(200, rate=4.0, seed=1)
+    # every prompt of 512 tokens or more opens with the same 512-token block: a prefix the cache reuses
+    plans = [dataclasses.replace(p, steps=(StepPlan("answer", (dataclasses.replace(
+        p.steps[0].calls[0], prefix_blocks=(7,) if p.steps[0].calls[0].prompt_tokens >= 512 else ()),)),))
+        for p in chat_plans(200, rate=4.0, seed=1)]
     summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, start_time_ns=T0,
                     metrics_interval_s=5.0, policy="least_loaded")
     assert summ.tasks["success"] == 200
@@ -123,6 +127,7 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram"}
     gen_by_rep = Counter()
     n_by_rep = Counter()
+    attempts = [(a["gateway.replica"], s, a) for _, s, a in by_name(sink)["gateway.attempt"]]
     for res, s in sink.spans():
         if s.name == "llm_request":
             gen_by_rep[res["service.instance.id"]] += span_attrs(s)["gen_ai.usage.completion_tokens"]
@@ -148,6 +153,14 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         assert phases[1].sum > 0 and phases[2].sum > 0
         assert sum(h.sum for h in phases) <= e2e.sum + 1e-9  # the phases lie inside each request's e2e
         assert last[(rep, "vllm:num_requests_running", None)].as_double == 0
+        # the gateway and the client read usage.prompt_tokens_details.cached_tokens (vLLM with
+        # --enable-prompt-tokens-details, as the live emulator answers): their cached prompt tokens are
+        # the engine's own count (vllm:prompt_tokens_cached), so the cost job need not estimate them
+        cached = last[(rep, "vllm:prompt_tokens_cached", None)].as_double
+        assert sum(a["gen_ai.usage.cache_read.input_tokens"] for r, _, a in attempts if r == rep) == cached
+    client = by_name(sink)["chat meta-llama/Llama-3.1-8B-Instruct"]
+    assert sum(a["gen_ai.usage.cache_read.input_tokens"] for _, _, a in client) == sum(
+        last[(rep, "vllm:prompt_tokens_cached", None)].as_double for rep in ("r0", "r1")) > 0
 
 
 def test_slowed_replica_raises_latency_and_triggers_retries():

@@ -45,7 +45,7 @@ def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
 
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
                  finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None,
-                 call: int = 1) -> dict:
+                 call: int = 1, cached_tokens: int | None = None) -> dict:
     a = {
         sc.GEN_AI_OPERATION_NAME: "chat",
         sc.GEN_AI_PROVIDER_NAME: "vllm",
@@ -59,6 +59,8 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
     }
     if input_tokens is not None:
         a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if cached_tokens is not None:
+        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
     if output_tokens is not None:
         a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
     if finish_reason:
@@ -88,15 +90,20 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
 def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status: int | None, tokens: int,
                           error_type: str | None, step_ctx: dict | None = None, *, input_tokens: int | None = None,
                           output_tokens: int | None = None, finish_reason: str | None = None,
-                          ttfc: float | None = None) -> dict:
+                          ttfc: float | None = None, cached_tokens: int | None = None) -> dict:
     """The real gateway's attempt span (serving/gateway/relay.py): it asks every replica for
     continuous usage, so ``input_tokens`` (prompt tokens, from the first chunk) is known once a
-    first chunk arrived, even when the stream then broke or the client left; ``output_tokens`` and
-    ``finish_reason`` only from a stream that ended cleanly; ``ttfc`` seconds at the gateway."""
+    first chunk arrived, even when the stream then broke or the client left, and with it
+    ``cached_tokens`` (``usage.prompt_tokens_details.cached_tokens``: the replicas run with
+    ``--enable-prompt-tokens-details``, as serving/vllm/launch.py starts vLLM and the live emulator
+    answers); ``output_tokens`` and ``finish_reason`` only from a stream that ended cleanly; ``ttfc``
+    seconds at the gateway."""
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
          sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}
     if input_tokens is not None:
         a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
+    if cached_tokens is not None:
+        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
     if output_tokens is not None:
         a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
     if finish_reason:

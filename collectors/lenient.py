@@ -66,6 +66,16 @@ def _pool(prefix: str = _PREFIX) -> descriptor_pool.DescriptorPool:
     return pool
 
 
+def decode_problem(exc: Exception) -> str:
+    """A protobuf decode error's text with the OTLP type names a client knows: the lenient and
+    shallow copies' package prefixes removed (``infercost_shallow.opentelemetry.proto...`` ->
+    ``opentelemetry.proto...``)."""
+    text = str(exc)
+    for prefix in (_PREFIX, _SHALLOW):
+        text = text.replace(f"{prefix}.", "")
+    return text
+
+
 def lenient_class(full_name: str, prefix: str = _PREFIX):
     """The lenient message class for an OTLP message name, e.g.
     ``opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest``."""

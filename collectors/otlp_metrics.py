@@ -23,7 +23,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 
 from collectors import otlp_common as common
-from collectors.lenient import flatten_deep_values, lenient_metrics_request
+from collectors.lenient import decode_problem, flatten_deep_values, lenient_metrics_request
 
 _HEAD = ["ResourceAttributes", "ResourceSchemaUrl", "ScopeName", "ScopeVersion", "ScopeAttributes",
          "ScopeDroppedAttrCount", "ScopeSchemaUrl", "ServiceName", "MetricName", "MetricDescription", "MetricUnit",
@@ -159,7 +159,7 @@ def _lenient_filter(body: bytes, first: list) -> tuple[bytes, int]:
             body, _ = flatten_deep_values(body, "metrics", common.MAX_VALUE_DEPTH)
             request.ParseFromString(body)
         except DecodeError as exc:
-            raise common.UndecodableBody(f"undecodable protobuf ExportMetricsServiceRequest: {exc}") from exc
+            raise common.UndecodableBody(f"undecodable protobuf ExportMetricsServiceRequest: {decode_problem(exc)}") from exc
     rejected = 0
     for rm_i, rm in enumerate(request.resource_metrics):
         resource_problem = common.lenient_attributes_problem(rm.resource.attributes, "resource")

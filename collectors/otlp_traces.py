@@ -38,7 +38,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors import otlp_common as common
-from collectors.lenient import flatten_deep_values, lenient_traces_request
+from collectors.lenient import decode_problem, flatten_deep_values, lenient_traces_request
 
 _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
@@ -165,7 +165,7 @@ def _lenient_filter(body: bytes, rejections: _Rejections, truncations: common.Tr
             body, cut = flatten_deep_values(body, "traces", common.MAX_VALUE_DEPTH)
             request.ParseFromString(body)
         except DecodeError as exc:
-            raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {exc}") from exc
+            raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {decode_problem(exc)}") from exc
         for _ in range(cut):
             truncations.note("nested attribute value", 0, 0, "nested")
     keep_rs = []

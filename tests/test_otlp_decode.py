@@ -118,8 +118,11 @@ def test_large_attribute_is_truncated_at_a_character_boundary():
 
 @pytest.mark.parametrize("body", [b"\x0a\xff\xff\xff\xff\x0f", b"\x12\x34\x56\x78\x9a", bytes(range(256)) * 3])
 def test_undecodable_protobuf(body):
-    with pytest.raises(common.UndecodableBody, match="undecodable protobuf ExportTraceServiceRequest"):
+    with pytest.raises(common.UndecodableBody, match="undecodable protobuf ExportTraceServiceRequest") as info:
         prepare_traces(body)
+    # the client is told the OTLP type it sent, not the receiver's internal copy of it
+    assert "infercost_" not in str(info.value)
+    assert "'opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest'" in str(info.value)
 
 
 def test_json_ids_are_hex_and_checked_per_span():

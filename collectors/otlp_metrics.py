@@ -7,9 +7,9 @@ Layout follows the contrib ClickHouse exporter (``internal/metrics_*.go``): one 
 point; ServiceName from resource ``service.name``; int and double points both as Float64;
 histograms with per-bucket counts and ``ExplicitBounds``. Supported: gauge, sum, histogram.
 Exponential histograms and summaries are rejected data points (``partial_success`` names the
-metric), as are points with ``time_unix_nano`` 0, histograms whose bucket count is not
-``len(explicit_bounds) + 1`` and (with ``bounds``, as the receiver passes) points older than the
-store's retention or dated in the future. Attribute keys/values are truncated and too-deeply nested
+metric), as are points with ``time_unix_nano`` 0, points of a metric without a name, negative values
+of a monotonic sum, histograms whose bucket count is not ``len(explicit_bounds) + 1`` and (with
+``bounds``, as the receiver passes) points older than the store's retention or dated in the future. Attribute keys/values are truncated and too-deeply nested
 values cut as for spans (:mod:`collectors.otlp_traces`).
 """
 
@@ -89,7 +89,12 @@ def metric_point_problem(metric, point) -> str:
     """'' if a data point can be stored, else why not."""
     if point.time_unix_nano == 0:
         return "time_unix_nano is 0 (missing)"
+    if not metric.name:
+        return "the metric has no name (OTLP requires one)"
     kind = metric.WhichOneof("data")
+    if kind == "sum" and metric.sum.is_monotonic and _number(point) < 0:
+        # a counter only grows from 0 (OTLP data model, Sums): a negative one would be read as a reset
+        return f"a monotonic sum cannot be negative, got {_number(point):g}"
     if kind == "histogram" and point.bucket_counts and len(point.bucket_counts) != len(point.explicit_bounds) + 1:
         return (f"histogram has {len(point.bucket_counts)} bucket counts for {len(point.explicit_bounds)} bounds "
                 f"(expected bounds + 1)")

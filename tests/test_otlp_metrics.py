@@ -123,3 +123,26 @@ def test_buffered_ingest_batches_traces_and_metrics(store):
     assert store.query("SELECT SpanName, Duration FROM otel_traces ORDER BY SpanName", tag="test").result_rows == [
         (f"s{n}", n) for n in range(1, 7)]
     assert store.query("SELECT MetricName FROM otel_metrics_gauge", tag="test").result_rows == [("ok_gauge",)]
+
+
+def test_nameless_metrics_and_negative_counters_are_rejected_updown_sums_kept(store):
+    def request(*metrics):
+        req = ExportMetricsServiceRequest()
+        sm = req.resource_metrics.add().scope_metrics.add()
+        for name, monotonic, value in metrics:
+            m = sm.metrics.add(name=name)
+            m.sum.aggregation_temporality, m.sum.is_monotonic = 2, monotonic
+            m.sum.data_points.add(time_unix_nano=T0, as_double=value)
+        return req
+
+    result = ingest_metrics(store, request(("vllm:prompt_tokens", True, -100.0)))
+    assert (result.accepted, result.rejected) == (0, 1)
+    assert result.message == ("rejected 1 of 1 data points; first: metric 'vllm:prompt_tokens' (resource_metrics[0]"
+                              ".scope_metrics[0].metrics[0]) data_points[0]: a monotonic sum cannot be negative, got -100")
+    result = ingest_metrics(store, request(("", False, 3.0)))
+    assert result.rejected == 1 and result.message.endswith("data_points[0]: the metric has no name (OTLP requires one)")
+    # an UpDownCounter (non-monotonic sum) may go below 0; a counter at 0 is a counter
+    result = ingest_metrics(store, request(("inflight_delta", False, -5.0), ("vllm:prompt_tokens", True, 0.0)))
+    assert (result.accepted, result.rejected, result.message) == (2, 0, "")
+    assert sorted(store.query("SELECT MetricName, Value FROM otel_metrics_sum", tag="test").result_rows) == [
+        ("inflight_delta", -5.0), ("vllm:prompt_tokens", 0.0)]

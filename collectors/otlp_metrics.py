@@ -9,8 +9,9 @@ histograms with per-bucket counts and ``ExplicitBounds``. Supported: gauge, sum,
 Exponential histograms and summaries are rejected data points (``partial_success`` names the
 metric), as are points with ``time_unix_nano`` 0, points of a metric without a name, negative values
 of a monotonic sum, histograms whose bucket count is not ``len(explicit_bounds) + 1`` and (with
-``bounds``, as the receiver passes) points older than the store's retention or dated in the future. Attribute keys/values are truncated and too-deeply nested
-values cut as for spans (:mod:`collectors.otlp_traces`).
+``bounds``, as the receiver passes) points older than the store's retention or dated in the future.
+Attribute keys/values are truncated and too-deeply nested values cut as for spans
+(:mod:`collectors.otlp_traces`).
 """
 
 from __future__ import annotations
@@ -164,7 +165,8 @@ def _lenient_filter(body: bytes, first: list) -> tuple[bytes, int]:
             body, _ = flatten_deep_values(body, "metrics", common.MAX_VALUE_DEPTH)
             request.ParseFromString(body)
         except DecodeError as exc:
-            raise common.UndecodableBody(f"undecodable protobuf ExportMetricsServiceRequest: {decode_problem(exc)}") from exc
+            raise common.UndecodableBody(
+                f"undecodable protobuf ExportMetricsServiceRequest: {decode_problem(exc)}") from exc
     rejected = 0
     for rm_i, rm in enumerate(request.resource_metrics):
         resource_problem = common.lenient_attributes_problem(rm.resource.attributes, "resource")

@@ -165,7 +165,8 @@ def _lenient_filter(body: bytes, rejections: _Rejections, truncations: common.Tr
             body, cut = flatten_deep_values(body, "traces", common.MAX_VALUE_DEPTH)
             request.ParseFromString(body)
         except DecodeError as exc:
-            raise common.UndecodableBody(f"undecodable protobuf ExportTraceServiceRequest: {decode_problem(exc)}") from exc
+            raise common.UndecodableBody(
+                f"undecodable protobuf ExportTraceServiceRequest: {decode_problem(exc)}") from exc
         for _ in range(cut):
             truncations.note("nested attribute value", 0, 0, "nested")
     keep_rs = []

@@ -137,10 +137,12 @@ def test_nameless_metrics_and_negative_counters_are_rejected_updown_sums_kept(st
 
     result = ingest_metrics(store, request(("vllm:prompt_tokens", True, -100.0)))
     assert (result.accepted, result.rejected) == (0, 1)
-    assert result.message == ("rejected 1 of 1 data points; first: metric 'vllm:prompt_tokens' (resource_metrics[0]"
-                              ".scope_metrics[0].metrics[0]) data_points[0]: a monotonic sum cannot be negative, got -100")
+    assert result.message == ("rejected 1 of 1 data points; first: metric 'vllm:prompt_tokens' "
+                              "(resource_metrics[0].scope_metrics[0].metrics[0]) data_points[0]: "
+                              "a monotonic sum cannot be negative, got -100")
     result = ingest_metrics(store, request(("", False, 3.0)))
-    assert result.rejected == 1 and result.message.endswith("data_points[0]: the metric has no name (OTLP requires one)")
+    assert result.rejected == 1
+    assert result.message.endswith("data_points[0]: the metric has no name (OTLP requires one)")
     # an UpDownCounter (non-monotonic sum) may go below 0; a counter at 0 is a counter
     result = ingest_metrics(store, request(("inflight_delta", False, -5.0), ("vllm:prompt_tokens", True, 0.0)))
     assert (result.accepted, result.rejected, result.message) == (2, 0, "")

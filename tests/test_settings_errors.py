@@ -12,7 +12,8 @@ from infercost.cli import main
 @pytest.mark.parametrize("env, line", [
     ({"INFERCOST_RETENTION_DAYS": "abc"},
      "Error: INFERCOST_RETENTION_DAYS='abc': Input should be a valid integer, unable to parse string as an integer"),
-    ({"INFERCOST_RECEIVER_PORT": "99999"}, "Error: INFERCOST_RECEIVER_PORT='99999': Input should be less than or equal to 65535"),
+    ({"INFERCOST_RECEIVER_PORT": "99999"},
+     "Error: INFERCOST_RECEIVER_PORT='99999': Input should be less than or equal to 65535"),
     ({"INFERCOST_CLICKHOUSE_URL": "nonsense://x"},
      "Error: INFERCOST_CLICKHOUSE_URL='nonsense://x': unsupported store URL 'nonsense://x': use chdb://<directory>, "
      "chdb://memory or http(s)://user:pass@host:8123/db"),

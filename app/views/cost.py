@@ -161,8 +161,8 @@ def details() -> None:
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
             "USD": st.column_config.NumberColumn(format="$%.4f"),
             "share of spend": st.column_config.NumberColumn(format="percent"),
-            "is_subset": st.column_config.CheckboxColumn("subset", help="a subset of the others: partial streams are part of the "
-                                                         "categories above, not added to them"),
+            "is_subset": st.column_config.CheckboxColumn("subset", help="a subset of the others: partial streams "
+                                                         "are part of the categories above, not added to them"),
             "tokens": st.column_config.NumberColumn("tokens", format="%d")},
             # the share of spend beside the USD (in the query's order it was past the column's edge)
             column_order=("category", "USD", "share of spend", "is_subset", "calls", "tokens"))

@@ -9,7 +9,7 @@ from infercost.cli import main
 
 
 def test_load_dry_run_summarises_plans(shared_data):
-    result = CliRunner().invoke(main, ["load", "--dry-run", "--data-dir", str(shared_data), "--duration", "60",
+    result = CliRunner().invoke(main, ["load", "--dry-run", "--traces-dir", str(shared_data), "--duration", "60",
                                        "--mix", "chat=1"])
     assert result.exit_code == 0, result.output
     # chat only: one task per trace row in the first 60 s of the Azure trace

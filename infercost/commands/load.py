@@ -28,7 +28,9 @@ def _mix(value: str) -> dict[str, float]:
               help="OpenAI base URL of the gateway (or a replica) for live runs.")
 @click.option("--trace", "trace_name", type=click.Choice(["azure", "mooncake"]), default="azure", show_default=True,
               help="Which public trace to replay (arrivals and token lengths).")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Folder of the traces (default ../shared/data).")
+@click.option("--traces-dir", "--data-dir", "data_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder of the public traces (default ../shared/data); not INFERCOST_DATA_DIR, the store's "
+                   "folder. --data-dir is its former name.")
 @click.option("--mix", default="chat=0.6,copilot=0.3,research_agent=0.1", show_default=True, help="Task-type shares.")
 @click.option("--rate-scale", type=float, default=1.0, show_default=True, help="Call-rate multiplier over the trace.")
 @click.option("--duration", type=float, default=600.0, show_default=True, help="Seconds of the (looped) trace to replay.")

@@ -60,13 +60,31 @@ def _show_block(block, key: str) -> None:
         st.html(f'<div role="img" aria-label="{block.alt}">{block.svg}</div>')
 
 
-def default_week(now: datetime, filters=None) -> str:
+def default_week(now: datetime, filters=None, has_data=None) -> str:
     """The week shown when the URL names none: the week the dashboard's time range ends in when the
-    range is pinned to a past time (a shared link), else the last complete week before ``now``."""
+    range is pinned to a past time (a shared link), else the last complete week before ``now`` — or
+    the week in progress when ``has_data(week)`` (optional: callable(IsoWeek) -> bool) says the last
+    complete week has no data and this one has (a fleet, or a demo, younger than a week)."""
     end = getattr(filters, "end", None)
     if filters is not None and not getattr(filters, "live", True) and end is not None:
         return week_of(end).label
-    return last_complete_week(now).label
+    last, current = last_complete_week(now), week_of(now)
+    if has_data is not None and not has_data(last) and has_data(current):
+        return current.label
+    return last.label
+
+
+def _has_data(store):
+    """``has_data`` of :func:`default_week` over the store: some replica-minute in the week
+    (``review.coverage``); True when the store cannot say (the page reports its errors itself)."""
+    from schema.queries.review import coverage
+
+    def check(week) -> bool:
+        try:
+            return coverage(store, week.start, week.end)["hours_with_data"] > 0
+        except Exception:  # noqa: BLE001 - the default stays the last complete week
+            return True
+    return check
 
 
 def render(store, filters=None) -> None:
@@ -77,8 +95,9 @@ def render(store, filters=None) -> None:
     """
     now = datetime.now(timezone.utc)
     options = _week_options(now)
-    default = default_week(now, filters)
-    requested = st.query_params.get("week", default)
+    requested = st.query_params.get("week")
+    default = default_week(now, filters, None if requested else _has_data(store))
+    requested = requested or default
     try:
         requested = parse_week(requested).label
     except BadWeek as exc:

@@ -324,6 +324,13 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
     pinned = SimpleNamespace(live=False, end=datetime(2026, 11, 2, 11, 0, tzinfo=timezone.utc))
     assert default_week(now, pinned) == "2026-W45"  # a shared link to a past hour opens its week
     assert default_week(now, SimpleNamespace(live=True, end=now)) == "2026-W47"
+    # a store younger than a week (a 1-day demo): the last complete week is empty, so the week in
+    # progress opens; a pinned range and a last week with data keep their week
+    only = {"2026-W48"}
+    assert default_week(now, has_data=lambda w: w.label in only) == "2026-W48"
+    assert default_week(now, pinned, has_data=lambda w: w.label in only) == "2026-W45"
+    assert default_week(now, has_data=lambda w: True) == "2026-W47"
+    assert default_week(now, has_data=lambda w: False) == "2026-W47"  # nothing anywhere: the usual week
 
 
 def test_unlike_coverage_withholds_week_over_week_changes():
@@ -354,6 +361,10 @@ def test_unlike_coverage_withholds_week_over_week_changes():
     assert "data in 25 of 168 hours (14.9 %, partial)" in texts[0]
     assert "data in 168 of 168 hours (100.0 %, complete)" in texts[0]
     assert texts[1].startswith("Week-over-week changes are withheld (the two weeks have data for different lengths")
+    # a week without data gets its coverage line and no warning about comparing it
+    R.coverage, R.coverage_last = Coverage(0, 168.0, None, None, False), Coverage(0, 168.0, None, None, False)
+    texts = [b.text for b in coverage_blocks(R)]
+    assert texts == ["2026-W48: no data. 2026-W47: no data."]
 
 
 def test_markdown_review_escapes_what_it_quotes():
@@ -371,3 +382,27 @@ def test_markdown_review_escapes_what_it_quotes():
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
     assert "[log in again](javascript:alert(1))" in html and "<code>infercost cost --task x</code>" in html
     assert "acme|x" in html  # a pipe in a cell stays inside its cell
+
+
+def test_the_headline_sentence_states_no_change_when_the_weeks_do_not_compare():
+    """A week in progress against an empty one: the figures alone, not "n/a against — in 2026-W48"."""
+    from types import SimpleNamespace
+
+    from app.review.model import Coverage, Figure, Headline
+    from app.review.sections import Para, headline_section
+    from app.review.weeks import parse_week
+
+    t0 = datetime(2026, 12, 2, 15, 21, tzinfo=timezone.utc)
+    f = lambda this, last=None: Figure(this, last, False)  # noqa: E731 - not comparable: the week is in progress
+    h = Headline(cpst_usd=f(0.0343), attributed_cpst_usd=f(0.0012), spend_usd=f(260.10, 0.0), idle_usd=f(251.26, 0.0),
+                 tasks=f(8531, 0), successful_tasks=f(7591, 0), goodput_per_hour=f(183.28), slo_attainment=f(0.604),
+                 requests=f(75460, 0), tokens=f(101_920_000, 0), cost_per_request_usd=f(0.0034),
+                 cost_per_1m_tokens_usd=f(2.55))
+    week = parse_week("2026-W49")
+    r = SimpleNamespace(headline=h, week=week, previous=week.previous(), empty=False, movers=[], daily_this=[],
+                        daily_last=[],
+                        coverage=Coverage(25, 60.0, t0, t0, True), coverage_last=Coverage(0, 168.0, None, None, False))
+    texts = [b.text for b in headline_section(r).blocks if isinstance(b, Para)]
+    assert ("Each successful task cost $0.0343 this week (no figure for 2026-W48). Spend was $260.10 for 7,591 "
+            "successful tasks of 8,531.") in texts
+    assert not any("n/a" in t for t in texts)

@@ -7,6 +7,7 @@ shown by the HTML renderer; Markdown shows the table that carries the same numbe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from app.review import charts, fmt
@@ -78,6 +79,8 @@ def coverage_blocks(r: WeeklyReview) -> list:
 
     out = [Para(_coverage_text(r.week.label, r.coverage) + " " + _coverage_text(r.previous.label, r.coverage_last),
                 "muted")]
+    if not r.coverage.hours_with_data:
+        return out  # nothing to compare: the headline says the week is empty
     if not comparable(r.coverage, r.coverage_last):
         why = ("the week is still in progress" if r.coverage.in_progress else
                "the two weeks have data for different lengths of time")
@@ -115,11 +118,19 @@ def headline_section(r: WeeklyReview) -> Section:
         _kpi("Cost per 1M tokens", h.cost_per_1m_tokens_usd, fmt.usd),
         _kpi("Attributed CPST (no idle)", h.attributed_cpst_usd, fmt.usd),
     )))
-    sentence = (f"Each successful task cost {fmt.usd(h.cpst_usd.this)} this week, "
-                f"{fmt.wow(h.cpst_usd.wow)} against {fmt.usd(h.cpst_usd.last)} in {r.previous.label}. "
-                f"Spend was {fmt.usd(h.spend_usd.this)} ({fmt.wow(h.spend_usd.wow)}) for "
-                f"{fmt.count(h.successful_tasks.this)} successful tasks of {fmt.count(h.tasks.this)} "
-                f"({fmt.wow(h.successful_tasks.wow)}).")
+    if h.cpst_usd.wow is not None:
+        sentence = (f"Each successful task cost {fmt.usd(h.cpst_usd.this)} this week, "
+                    f"{fmt.wow(h.cpst_usd.wow)} against {fmt.usd(h.cpst_usd.last)} in {r.previous.label}. "
+                    f"Spend was {fmt.usd(h.spend_usd.this)} ({fmt.wow(h.spend_usd.wow)}) for "
+                    f"{fmt.count(h.successful_tasks.this)} successful tasks of {fmt.count(h.tasks.this)} "
+                    f"({fmt.wow(h.successful_tasks.wow)}).")
+    else:  # no change stated (see the coverage lines): the figures alone, no "n/a against —"
+        last = h.cpst_usd.last
+        before = (f"{fmt.usd(last)} in {r.previous.label}" if last is not None and not math.isnan(last)
+                  else f"no figure for {r.previous.label}")
+        sentence = (f"Each successful task cost {fmt.usd(h.cpst_usd.this)} this week ({before}). "
+                    f"Spend was {fmt.usd(h.spend_usd.this)} for {fmt.count(h.successful_tasks.this)} successful "
+                    f"tasks of {fmt.count(h.tasks.this)}.")
     s.blocks.append(Para(sentence))
     fleet = next((m for m in r.movers if m.dimension == "fleet"), None)
     if fleet is not None and fleet.drivers:

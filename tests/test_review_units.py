@@ -399,9 +399,9 @@ def test_the_headline_sentence_states_no_change_when_the_weeks_do_not_compare():
                  requests=f(75460, 0), tokens=f(101_920_000, 0), cost_per_request_usd=f(0.0034),
                  cost_per_1m_tokens_usd=f(2.55))
     week = parse_week("2026-W49")
-    r = SimpleNamespace(headline=h, week=week, previous=week.previous(), empty=False, movers=[], daily_this=[],
-                        daily_last=[],
-                        coverage=Coverage(25, 60.0, t0, t0, True), coverage_last=Coverage(0, 168.0, None, None, False))
+    r = SimpleNamespace(headline=h, week=week, previous=week.previous(), empty=False, movers=[],
+                        daily_this=[], daily_last=[], coverage=Coverage(25, 60.0, t0, t0, True),
+                        coverage_last=Coverage(0, 168.0, None, None, False))
     texts = [b.text for b in headline_section(r).blocks if isinstance(b, Para)]
     assert ("Each successful task cost $0.0343 this week (no figure for 2026-W48). Spend was $260.10 for 7,591 "
             "successful tasks of 8,531.") in texts

@@ -259,6 +259,24 @@ def metric_delta(delta: float | None, render, lower_better: bool = True) -> dict
     return {"delta": shown, "delta_color": "inverse" if lower_better else "normal"}
 
 
+def open_tab(labels: list[str], key: str) -> str:
+    """The label of the tab :func:`lazy_tabs` ``(labels, key)`` opens on this run: the viewer's last
+    choice (session state), else the link's ``?key=`` parameter, else the first tab (Streamlit's own rule:
+    an unknown label opens the first). A page reads it before it draws, to fetch only that tab's queries."""
+    for value in (st.session_state.get(key), st.query_params.get(key)):
+        if value in labels:
+            return value
+    return labels[0]
+
+
+def lazy_tabs(labels: list[str], key: str):
+    """``st.tabs`` whose hidden tabs cost nothing: opening one reruns the script (or the fragment it is
+    in), the caller draws only the open tab's body (``tab.open``) and fetches only its queries
+    (:func:`open_tab`), and the open tab is in the URL (``?key=label``), so a shared link opens it. A chart
+    in a hidden tab of plain ``st.tabs`` costs its query and its data sent, though not its drawing."""
+    return st.tabs(labels, key=key, on_change="rerun", bind="query-params")
+
+
 def table(df: pd.DataFrame, key: str, filename: str, column_config: dict | None = None, height=None,
           hide_index: bool = True, **kwargs):
     """Show ``df`` and a 'Download CSV' button for exactly the rows shown. Returns the dataframe event."""

@@ -141,14 +141,16 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
     from altair.vegalite.v6.schema import core
 
     schema = core.load_schema()
-    at = _app(BIG_RANGE)
-    seen = 0
-    for page, params in (("views/live_ops.py", {}), ("views/live_ops.py", {"view": "engine"}),
-                         ("views/cost.py", {}), ("views/triangle.py", {}), ("views/tasks.py", {}),
-                         ("views/alerts.py", {})):
-        at.query_params.update(params)
-        at.switch_page(page).run()
-        assert not at.exception, (page, [e.value for e in at.exception])
+    from app import engine_view
+
+    # every tab of the live page's two views, each a new session (a hidden tab draws nothing:
+    # app.ui.lazy_tabs; a session keeps the tab it opened over the link's)
+    live = [{"tab": t} for t in ("Latency", "ITL and end-to-end", "Load and errors")]
+    live += [{"view": "engine", "engine_tab": t} for t in engine_view.TABS]
+    seen = {}
+    for page, params in ([("views/live_ops.py", p) for p in live] + [
+            ("views/cost.py", {}), ("views/triangle.py", {}), ("views/tasks.py", {}), ("views/alerts.py", {})]):
+        at = _app(BIG_RANGE | params, page=page)
         for chart in at.get("vega_lite_chart"):
             spec = json.loads(chart.proto.spec)
             assert spec.get("usermeta", {}).get("embedOptions", {}).get("renderer") == "canvas", (page, params)
@@ -156,9 +158,43 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
             # spec is checked here instead, against the same Vega-Lite schema (raises when invalid)
             validate_jsonschema(spec, schema)
             assert chart.proto.datasets, (page, params)  # the data went as Arrow datasets, not inline JSON
-            seen += 1
-        at.query_params.pop("view", None)
-    assert seen >= 20  # live 8, engine 3 (gauges: no histograms here), cost 5, triangle, tasks: the pages drew their charts
+        seen[" ".join([page.split("/")[-1].removesuffix(".py")] + list(params.values()))] = len(at.get("vega_lite_chart"))
+    # the live page's tabs draw 2, 2 and 4 charts; the engine view's first 3 (this store has gauges, no
+    # engine counters or histograms); the cost page 7 (the waterfall, 3 breakdown tabs, 3 trend charts);
+    # the triangle its frontier; tasks and alerts none until a row is selected
+    assert seen == {
+        "live_ops Latency": 2, "live_ops ITL and end-to-end": 2, "live_ops Load and errors": 4,
+        "live_ops engine Batch and KV-cache": 3, "live_ops engine Tokens, prefix cache and preemptions": 0,
+        "live_ops engine Latency histograms": 0, "cost": 7, "triangle": 1, "tasks": 0, "alerts": 0}, seen
+
+
+def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
+    """Issue 18 item 3: the engine view's counters and histograms (~250 ms each at 7 days on the demo
+    store) and the overview's gauge series ran on every load although their tabs were hidden. Only the open
+    tab's named queries run (app.ui.lazy_tabs); a link with ``?engine_tab=`` / ``?tab=`` runs that tab's."""
+    import streamlit as st
+
+    from schema.queries import ops, ops_engine
+
+    calls = []
+    for module, name in ((ops_engine, "engine_counters"), (ops_engine, "latency_histograms"),
+                         (ops_engine, "gauge_replica_series"), (ops, "gauge_series"), (ops, "latency_series")):
+        def counted(*args, _f=getattr(module, name), _n=name, **kwargs):
+            calls.append(_n)
+            return _f(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+    ran = {}
+    for params in ({}, {"tab": "Load and errors"}, {"view": "engine"},
+                   {"view": "engine", "engine_tab": "Tokens, prefix cache and preemptions"},
+                   {"view": "engine", "engine_tab": "Latency histograms"}):
+        st.cache_data.clear()
+        calls.clear()
+        _app(BIG_RANGE | params, page="views/live_ops.py")
+        ran[" ".join(params.values()) or "overview"] = sorted(set(calls))
+    assert ran == {
+        "overview": ["latency_series"], "Load and errors": ["gauge_series", "latency_series"],
+        "engine": ["gauge_replica_series"], "engine Tokens, prefix cache and preemptions": ["engine_counters"],
+        "engine Latency histograms": ["latency_histograms"]}, ran
 
 
 def test_live_page_matches_the_query_on_the_generated_store(big):
@@ -293,7 +329,7 @@ def test_the_itl_heatmap_counts_token_gaps_not_requests(store):
     st.cache_data.clear()
     store_provider.set_store(store)
     try:
-        at = _app({"range": "1h", "view": "engine"}, page="views/live_ops.py")
+        at = _app({"range": "1h", "view": "engine", "engine_tab": "Latency histograms"}, page="views/live_ops.py")
         cells = {}
         for chart in at.get("vega_lite_chart"):
             spec = json.loads(chart.proto.spec)

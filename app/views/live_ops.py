@@ -18,6 +18,9 @@ from schema.store import StoreError
 
 REFRESH_S = 5
 WINDOWS = {"1 min": 60, "5 min": 300, "15 min": 900}
+# The time charts' tabs (``?tab=`` in the URL); only the open one's charts are built and drawn.
+SERIES_TABS = ["Latency", "ITL and end-to-end", "Load and errors"]
+SERIES_TAB_KEY = "tab"
 
 st.title("Live operations")
 f = filters.current()
@@ -93,9 +96,15 @@ def queries(view: filters.Filters, bucket_s: int) -> dict[str, tuple]:
          "tiles": ("schema.queries.ops:fleet_tiles", (start, view.end, qf), {})}
     if view_key == "engine":
         return q | engine_view.queries(view, bucket_s, replica)
-    return q | {"series": ("schema.queries.ops:latency_series", (view.start, view.end, bucket_s, qf), {}),
-                "gauges": ("schema.queries.ops:gauge_series", (view.start, view.end, bucket_s, qf), {}),
-                "finish": ("schema.queries.ops:finish_reasons", (start, view.end, qf), {})}
+    q |= {"series": ("schema.queries.ops:latency_series", (view.start, view.end, bucket_s, qf), {}),
+          "finish": ("schema.queries.ops:finish_reasons", (start, view.end, qf), {})}
+    if ui.open_tab(SERIES_TABS, SERIES_TAB_KEY) == SERIES_TABS[-1]:  # only the load tab draws the gauges
+        q["gauges"] = gauges_query(view, bucket_s)
+    return q
+
+
+def gauges_query(view: filters.Filters, bucket_s: int) -> tuple:
+    return ("schema.queries.ops:gauge_series", (view.start, view.end, bucket_s, view.query_filters()), {})
 
 
 def tiles(view: filters.Filters, q: dict):
@@ -183,10 +192,6 @@ def time_series(view: filters.Filters, bucket_s: int, q: dict, notes) -> None:
     st.caption(f"Quantiles over the requests of each {fmt.seconds(bucket_s) if bucket_s < 60 else f'{bucket_s // 60} min'} "
                f"bucket (never lifetime averages); times in {ui.tz_label()}.")
     series = ui.ask(q["series"], live=True)
-    gauges = ui.ask(q["gauges"], live=True)
-    if not len(series) and not len(gauges):
-        ui.empty_state("No engine requests or gauges in this time range.", "Widen the time range.")
-        return
     fleet = ui.to_viewer(series[series["replica"] == ""], ["bucket"], naive=True)
     per_replica = ui.to_viewer(series[series["replica"] != ""], ["bucket"], naive=True)
     if replica:
@@ -195,28 +200,45 @@ def time_series(view: filters.Filters, bucket_s: int, q: dict, notes) -> None:
         fleet[col.replace("_s", "_ms")] = pd.to_numeric(fleet[col], errors="coerce") * 1000
         per_replica[col.replace("_s", "_ms")] = pd.to_numeric(per_replica[col], errors="coerce") * 1000
     fleet["error_pct"] = pd.to_numeric(fleet["error_rate"], errors="coerce") * 100
-    # Two tabs, not eight charts at once: each Vega chart costs the browser ~80-90 ms of main-thread time
-    # to compile and draw on a 2-core machine whatever its data (measured in headless Chromium: the page
-    # with its charts removed loads ~0.7 s sooner, with one chart as fast as with none), and a chart in a
-    # hidden tab is drawn only when its tab is opened (Streamlit creates a Vega view once it has a width).
-    latency, load = st.tabs(["Latency", "Load and errors"])
-    with latency:
-        left, right = st.columns(2)
-        with left:
-            st.markdown("**TTFT quantiles (ms)** · drag across the chart to zoom into that time range")
-            zoom_chart((fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"}, "ms",
-                        notes))
-            st.markdown("**ITL p95 by replica (ms)**")
-            ui.cached_chart("app.charts:by_group_annotated",
-                            (per_replica, "bucket", "itl_p95_ms", "replica", "ms", notes), width="stretch")
-        with right:
-            st.markdown("**TTFT p95 by replica (ms)**")
-            ui.cached_chart("app.charts:by_group_annotated",
-                            (per_replica, "bucket", "ttft_p95_ms", "replica", "ms", notes), width="stretch")
-            st.markdown("**End-to-end latency p95 (s)**")
-            ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s", notes),
-                            width="stretch")
-    with load:
+    # Three tabs of two to four charts, not eight charts at once: each Vega chart costs the browser ~80-90 ms
+    # of main-thread time to compile and draw on a 2-core machine whatever its data (measured in headless
+    # Chromium: the page with its charts removed loads ~0.7 s sooner, with one chart as fast as with none),
+    # and a hidden tab builds nothing (app.ui.lazy_tabs): opening it reruns this fragment.
+    latency, itl_e2e, load = ui.lazy_tabs(SERIES_TABS, SERIES_TAB_KEY)
+    for tab in (latency, itl_e2e):
+        if tab.open and not len(series):
+            tab.caption("No engine requests in this time range: widen the time range.")
+    if latency.open and len(series):
+        with latency:
+            left, right = st.columns(2)
+            with left:
+                st.markdown("**TTFT quantiles (ms)** · drag across the chart to zoom into that time range")
+                zoom_chart((fleet, "bucket", {"ttft_p50_ms": "p50", "ttft_p95_ms": "p95", "ttft_p99_ms": "p99"},
+                            "ms", notes))
+            with right:
+                st.markdown("**TTFT p95 by replica (ms)**")
+                ui.cached_chart("app.charts:by_group_annotated",
+                                (per_replica, "bucket", "ttft_p95_ms", "replica", "ms", notes), width="stretch")
+    if itl_e2e.open and len(series):
+        with itl_e2e:
+            left, right = st.columns(2)
+            with left:
+                st.markdown("**ITL p95 by replica (ms)**")
+                ui.cached_chart("app.charts:by_group_annotated",
+                                (per_replica, "bucket", "itl_p95_ms", "replica", "ms", notes), width="stretch")
+            with right:
+                st.markdown("**End-to-end latency p95 (s)**")
+                ui.cached_chart("app.charts:lines_annotated",
+                                (fleet, "bucket", {"e2e_p95_s": "e2e p95"}, "s", notes), width="stretch")
+    if load.open:
+        with load:
+            load_charts(view, bucket_s, fleet, notes)
+
+
+def load_charts(view: filters.Filters, bucket_s: int, fleet: pd.DataFrame, notes) -> None:
+    """The load tab: throughput and errors of the engine requests, queue, batch and KV-cache use (the
+    gauges' query runs only here)."""
+    if len(fleet):
         left, right = st.columns(2)
         with left:
             st.markdown("**Throughput (requests/s)**")
@@ -226,21 +248,24 @@ def time_series(view: filters.Filters, bucket_s: int, q: dict, notes) -> None:
             st.markdown("**Errors (% of engine requests: error or abort)**")
             ui.cached_chart("app.charts:lines_annotated", (fleet, "bucket", {"error_pct": "errors %"}, "%", notes),
                             width="stretch")
-        if len(gauges):
-            g = ui.to_viewer(gauges, ["bucket"], naive=True)
-            left, right = st.columns(2)
-            with left:
-                st.markdown("**Queue and batch (requests, summed over replicas)**")
-                ui.cached_chart("app.charts:lines_annotated",
-                                (g, "bucket", {"waiting": "waiting", "running": "running"}, "requests", notes),
-                                width="stretch")
-            with right:
-                st.markdown("**KV-cache use (mean over replicas)**")
-                g["kv_pct"] = g["kv_usage"] * 100
-                ui.cached_chart("app.charts:lines_annotated", (g, "bucket", {"kv_pct": "KV use %"}, "%", notes),
-                                width="stretch")
-        else:
-            st.caption("No replica gauges (vllm:num_requests_waiting / running, KV-cache use) in this range.")
+    else:
+        st.caption("No engine requests in this time range (throughput, errors).")
+    gauges = ui.ask(gauges_query(view, bucket_s), live=True)
+    if not len(gauges):
+        st.caption("No replica gauges (vllm:num_requests_waiting / running, KV-cache use) in this range.")
+        return
+    g = ui.to_viewer(gauges, ["bucket"], naive=True)
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Queue and batch (requests, summed over replicas)**")
+        ui.cached_chart("app.charts:lines_annotated",
+                        (g, "bucket", {"waiting": "waiting", "running": "running"}, "requests", notes),
+                        width="stretch")
+    with right:
+        st.markdown("**KV-cache use (mean over replicas)**")
+        g["kv_pct"] = g["kv_usage"] * 100
+        ui.cached_chart("app.charts:lines_annotated", (g, "bucket", {"kv_pct": "KV use %"}, "%", notes),
+                        width="stretch")
 
 
 def zoom_chart(args: tuple) -> None:

@@ -25,6 +25,9 @@ SERIES_TAB_KEY = "tab"
 st.title("Live operations")
 f = filters.current()
 
+# the two queries the page waits for before its panels, at once (the panels' own run at once after)
+REPLICAS_QUERY = ("schema.queries.ops_engine:replicas", (f.start, f.end), {})
+ui.prefetch([("schema.queries.ops:ingest_status", (), {}), REPLICAS_QUERY], live=True)
 try:
     status = ui.query("schema.queries.ops:ingest_status", live=True)
 except StoreError as exc:
@@ -45,7 +48,7 @@ with top[1]:
                                         default="5 min", key="live_window") or "5 min"
 window_s = WINDOWS[window_label]
 try:
-    replica_options = ui.query("schema.queries.ops_engine:replicas", f.start, f.end, live=True)
+    replica_options = ui.ask(REPLICAS_QUERY, live=True)
 except StoreError:
     replica_options = []
 url_replica = st.query_params.get("replica", "")

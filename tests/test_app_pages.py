@@ -197,6 +197,25 @@ def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
         "engine Latency histograms": ["latency_histograms"]}, ran
 
 
+def test_money_and_counts_in_tables_have_thousands_separators(big):
+    """A waste row of $1809.2976 read as 1.8 dollars at a glance: every table column in dollars or counts
+    formats with a thousands separator (Streamlit's printf ``%,``), on every page that draws tables."""
+    import json
+
+    formats = {}
+    for page, params in (("views/live_ops.py", {}), ("views/cost.py", {}), ("views/triangle.py", {}),
+                         ("views/tasks.py", {}), ("views/alerts.py", {})):
+        at = _app(BIG_RANGE | params, page=page)
+        for frame in at.dataframe:
+            for name, config in json.loads(frame.proto.columns or "{}").items():
+                fmt_ = (config.get("type_config") or {}).get("format")
+                if isinstance(fmt_, str) and ("$" in fmt_ or fmt_ == "%d" or fmt_.startswith("%,d")):
+                    formats[(page, name)] = fmt_
+    money = {k: v for k, v in formats.items() if "$" in v}
+    assert len(money) >= 10, formats  # the pages above draw at least ten money columns
+    assert all("%," in v for v in formats.values()), {k: v for k, v in formats.items() if "%," not in v}
+
+
 def test_live_page_matches_the_query_on_the_generated_store(big):
     from datetime import timedelta
 

@@ -161,7 +161,7 @@ else:
     keep = ["severity", "state", "rule", "replica", "summary", "started_at", "fired_at", "cost_at_stake_usd",
             "grouped", "link"]
     linked_table(shown, keep, "alerts_active", "alerts_open.csv",
-                 cost_at_stake_usd=st.column_config.NumberColumn("cost at stake (USD)", format="$%.2f"))
+                 cost_at_stake_usd=st.column_config.NumberColumn("cost at stake (USD)", format="$%,.2f"))
     for _, row in active_f.iterrows():
         with st.expander(f"{row['rule']} {row['replica'] or ''} — evidence"):
             st.json(av.evidence(row["evidence"]))
@@ -174,6 +174,6 @@ else:
     keep = ["severity", "state", "rule", "replica", "summary", "fired_at", "resolved_at", "duration_s",
             "est_cost_usd", "link"]
     linked_table(ui.to_viewer(incidents_f, TIME_COLS), keep, "alerts_incidents", "alerts_incidents.csv",
-                 est_cost_usd=st.column_config.NumberColumn("est. cost (USD)", format="$%.2f"),
+                 est_cost_usd=st.column_config.NumberColumn("est. cost (USD)", format="$%,.2f"),
                  duration_s=st.column_config.NumberColumn("firing (s)", format="%.0f"))
 st.caption(f"Times in {ui.tz_label()}.")

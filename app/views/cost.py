@@ -133,10 +133,10 @@ def budgets_panel() -> None:
                    f"forecast {fmt.usd(r['projected_usd'])}).", icon=":material/savings:")
     ui.table(table[["scope", "name", "period", "budget_usd", "spent_usd", "used_ratio", "projected_usd",
                     "burn_ratio", "verdict"]], key="cost_budgets", filename="budgets.csv", column_config={
-        "budget_usd": st.column_config.NumberColumn("budget (USD)", format="$%.2f"),
-        "spent_usd": st.column_config.NumberColumn("spent so far (USD)", format="$%.2f"),
+        "budget_usd": st.column_config.NumberColumn("budget (USD)", format="$%,.2f"),
+        "spent_usd": st.column_config.NumberColumn("spent so far (USD)", format="$%,.2f"),
         "used_ratio": st.column_config.ProgressColumn("used", min_value=0.0, max_value=1.0, format="percent"),
-        "projected_usd": st.column_config.NumberColumn("forecast at period end (USD)", format="$%.2f"),
+        "projected_usd": st.column_config.NumberColumn("forecast at period end (USD)", format="$%,.2f"),
         "burn_ratio": st.column_config.NumberColumn("forecast / budget", format="%.2fx")})
     st.caption("Spend = cost allocated to the scope's calls (idle GPU time belongs to no tenant or task type). "
                "The budget_burn alert fires on the same forecast; spend_anomaly compares each tenant's last hour "
@@ -159,11 +159,11 @@ def details() -> None:
     with right:
         shown = waste.rename(columns={"usd": "USD", "share_of_spend": "share of spend"})
         ui.table(shown, key="cost_waste", filename="waste_breakdown.csv", column_config={
-            "USD": st.column_config.NumberColumn(format="$%.4f"),
+            "USD": st.column_config.NumberColumn(format="$%,.4f"),
             "share of spend": st.column_config.NumberColumn(format="percent"),
             "is_subset": st.column_config.CheckboxColumn("subset", help="a subset of the others: partial streams "
                                                          "are part of the categories above, not added to them"),
-            "tokens": st.column_config.NumberColumn("tokens", format="%d")},
+            "tokens": st.column_config.NumberColumn("tokens", format="%,d")},
             # the share of spend beside the USD (in the query's order it was past the column's edge)
             column_order=("category", "USD", "share of spend", "is_subset", "calls", "tokens"))
         partial = waste[waste["category"] == "partial"]
@@ -226,12 +226,12 @@ def details() -> None:
             st.warning(problem, icon=":material/warning:")
         ui.table(dq, key="cost_dq", filename="data_quality.csv", column_config={
             "token_gap_ratio": st.column_config.NumberColumn("token gap (share of counters)", format="percent"),
-            "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%.2f"),
-            "span_tokens": st.column_config.NumberColumn("span tokens", format="%d"),
-            "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%d"),
-            "late_minutes_recomputed": st.column_config.NumberColumn("minutes recomputed for late data", format="%d"),
-            "cached_estimated_tokens": st.column_config.NumberColumn("cached tokens (estimated)", format="%d"),
-            "unspanned_usd": st.column_config.NumberColumn("unspanned engine work (USD)", format="$%.4f"),
+            "spend_usd": st.column_config.NumberColumn("spend (USD)", format="$%,.2f"),
+            "span_tokens": st.column_config.NumberColumn("span tokens", format="%,d"),
+            "counter_tokens": st.column_config.NumberColumn("engine-counter tokens", format="%,d"),
+            "late_minutes_recomputed": st.column_config.NumberColumn("minutes recomputed for late data", format="%,d"),
+            "cached_estimated_tokens": st.column_config.NumberColumn("cached tokens (estimated)", format="%,d"),
+            "unspanned_usd": st.column_config.NumberColumn("unspanned engine work (USD)", format="$%,.4f"),
         })
         st.caption("Span tokens come from the calls' spans; counter tokens from vLLM's vllm:prompt_tokens + "
                    "vllm:generation_tokens counters, per scrape. A gap is work the spans missed (aborted streams, "

@@ -172,10 +172,10 @@ def replica_table(view: filters.Filters, q: dict, gauges: pd.DataFrame | None = 
         "status": st.column_config.TextColumn("status", help=(
             f"degraded: TTFT/ITL p95 > 2x the fleet median over at least {MIN_LATENCY_REQUESTS} requests (fewer: "
             "the p95 is the single slowest request, not flagged), or error rate > 5 %")),
-        "running": st.column_config.NumberColumn("running (req)", format="%d"),
-        "waiting": st.column_config.NumberColumn("waiting (req)", format="%d"),
+        "running": st.column_config.NumberColumn("running (req)", format="%,d"),
+        "waiting": st.column_config.NumberColumn("waiting (req)", format="%,d"),
         "KV use": st.column_config.ProgressColumn("KV-cache use", min_value=0.0, max_value=1.0, format="percent"),
-        "TTFT p95 (ms)": st.column_config.NumberColumn(format="%.0f ms"),
+        "TTFT p95 (ms)": st.column_config.NumberColumn(format="%,.0f ms"),
         "ITL p95 (ms)": st.column_config.NumberColumn(format="%.1f ms"),
         "TTFT vs fleet": st.column_config.NumberColumn("TTFT p95 / fleet median", format="%.2fx"),
         "ITL vs fleet": st.column_config.NumberColumn("ITL p95 / fleet median", format="%.2fx"),
@@ -299,7 +299,7 @@ def finish_reasons(q: dict) -> None:
                      "finish_reason": st.column_config.TextColumn(
                          "finish reason", help="vLLM's finish reason (gen_ai.response.finish_reasons): stop, "
                          "length (max_tokens reached), abort (the request was aborted), tool_calls"),
-                     "requests": st.column_config.NumberColumn("requests", format="%d"),
+                     "requests": st.column_config.NumberColumn("requests", format="%,d"),
                      "share": st.column_config.ProgressColumn("share", min_value=0.0, max_value=1.0,
                                                               format="percent")})
 

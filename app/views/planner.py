@@ -133,9 +133,9 @@ if len(cands):
     for col in ("is_current", "meets_slo", "on_frontier", "recommended"):
         show[col] = show[col].astype(bool)
     ui.table(show, "planner_candidates", f"planner-{run_id}-candidates.csv", column_config={
-        "spend_usd": st.column_config.NumberColumn("spend", format="$%.2f"),
-        "cpst_usd": st.column_config.NumberColumn("CPST", format="$%.4f"),
-        "attributed_cpst_usd": st.column_config.NumberColumn("attributed CPST", format="$%.4f"),
+        "spend_usd": st.column_config.NumberColumn("spend", format="$%,.2f"),
+        "cpst_usd": st.column_config.NumberColumn("CPST", format="$%,.4f"),
+        "attributed_cpst_usd": st.column_config.NumberColumn("attributed CPST", format="$%,.4f"),
         "idle_ratio": st.column_config.NumberColumn("idle", format="percent"),
         "goodput_per_hour": st.column_config.NumberColumn("goodput/h", format="%.1f"),
         "ttft_p95_s": st.column_config.NumberColumn("p95 TTFT (s)", format="%.3f"),

@@ -63,8 +63,8 @@ st.caption(f"{fmt.count(len(view))} tasks (newest first, at most {LIMIT:,}); tim
 table_key = "tasks_table_" + hashlib.sha1(search.encode()).hexdigest()[:8]
 event = ui.table(view, key=table_key, filename="tasks.csv", on_select="rerun", selection_mode="single-row",
                  height=360, column_config={
-                     "cost (USD)": st.column_config.NumberColumn(format="$%.5f"),
-                     "waste (USD)": st.column_config.NumberColumn(format="$%.5f"),
+                     "cost (USD)": st.column_config.NumberColumn(format="$%,.5f"),
+                     "waste (USD)": st.column_config.NumberColumn(format="$%,.5f"),
                      "e2e (s)": st.column_config.NumberColumn(format="%.2f s"),
                      "ended": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
                  })
@@ -129,7 +129,7 @@ cols = [c for c in ["task_step", "task_attempt", "replica", "gpu_type", "call_so
                     "status", "error_type", "finish_reason", "partial", "prompt_tokens", "output_tokens", "cost_usd",
                     "category"] if c in calls.columns]
 ui.table(ui.to_viewer(calls, ["start_time"])[cols], key="task_calls", filename=f"task_{selected}_calls.csv",
-         column_config={"cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%.6f"),
+         column_config={"cost_usd": st.column_config.NumberColumn("cost (USD)", format="$%,.6f"),
                         "e2e_s": st.column_config.NumberColumn("e2e (s)", format="%.3f"),
                         "ttft_s": st.column_config.NumberColumn("TTFT (s)", format="%.3f"),
                         "partial": st.column_config.CheckboxColumn("partial stream"),

@@ -49,7 +49,18 @@ def _flag_options(host: str, port: int) -> dict:
         "client_showErrorDetails": "none",
         "logger_hideWelcomeMessage": False,
         "theme_base": "light",
+        **RUNNER_OPTIONS,
     }
+
+
+# Two defaults of Streamlit's script runner that cost every page load and refresh here (measured on the
+# live page, 7-day demo store, cProfile of the script thread): a full `gc.collect(2)` after each run,
+# ~100 ms of CPU holding the GIL over this process's heap (pandas, Arrow, the embedded ClickHouse's
+# Python side), on every 5 s refresh of every open live page too; and "magic" (bare expressions written
+# to the page), an AST rewrite of main.py and the page, ~45 ms each time Streamlit's script cache is
+# emptied, which it does whenever the last browser session disconnects (a reload by the only viewer).
+# No page uses magic (tests/test_dashboard_server.py checks the scripts); Python's own generational GC still runs.
+RUNNER_OPTIONS = {"runner_postScriptGC": False, "runner_magicEnabled": False}
 
 
 @dataclass

@@ -30,8 +30,11 @@ SCRIPT = textwrap.dedent("""
     page = httpx.get(handle.url + "/", timeout=10)
     assert store_provider.get_store() is store
     assert store_provider.context("otlp_endpoint") == "http://127.0.0.1:4318/v1/traces"
+    from streamlit import config
+    runner = (config.get_option("runner.postScriptGC"), config.get_option("runner.magicEnabled"))
     handle.stop()
     print("HEALTH", health.status_code, health.text.strip(), "PAGE", page.status_code, "ALIVE", handle.thread.is_alive())
+    print("RUNNER gc=%s magic=%s" % runner)
 """)
 
 
@@ -48,6 +51,28 @@ def test_serve_in_background_answers_and_stops(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "HEALTH 200 ok PAGE 200 ALIVE False" in out.stdout, out.stdout + out.stderr[-2000:]
+    # the served dashboard runs without Streamlit's post-run gc.collect and magic (app/server.py RUNNER_OPTIONS)
+    assert "RUNNER gc=False magic=False" in out.stdout, out.stdout
+
+
+def test_no_page_script_relies_on_streamlit_magic():
+    """The dashboard turns magic off (``runner.magicEnabled``): a bare expression in a page script, which
+    magic would write to the page, would silently show nothing. Streamlit's own rewrite finds none."""
+    import ast
+
+    from streamlit.runtime.scriptrunner import magic
+
+    scripts = [ROOT / "app" / "main.py", *sorted((ROOT / "app" / "views").glob("*.py"))]
+    assert len(scripts) >= 8
+    written = {}
+    for path in scripts:
+        tree = magic.add_magic(path.read_text(), str(path))
+        written[path.name] = sum(isinstance(node, ast.Attribute) and node.attr == "transparent_write"
+                                 for node in ast.walk(tree))
+    assert written == dict.fromkeys(written, 0), written
+    # the check itself finds a bare expression
+    probe = magic.add_magic("import streamlit as st\nx = 1\nx\n", "probe.py")
+    assert sum(isinstance(n, ast.Attribute) and n.attr == "transparent_write" for n in ast.walk(probe)) == 1
 
 
 def test_dashboard_command_rejects_a_bad_store_url(tmp_path):

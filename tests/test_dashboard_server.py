@@ -55,24 +55,25 @@ def test_serve_in_background_answers_and_stops(tmp_path):
     assert "RUNNER gc=False magic=False" in out.stdout, out.stdout
 
 
-def test_no_page_script_relies_on_streamlit_magic():
-    """The dashboard turns magic off (``runner.magicEnabled``): a bare expression in a page script, which
-    magic would write to the page, would silently show nothing. Streamlit's own rewrite finds none."""
+def _magic_writes(source: str, name: str) -> int:
+    """How many expressions Streamlit's magic rewrite would write to the page in ``source``."""
     import ast
 
     from streamlit.runtime.scriptrunner import magic
 
+    return sum(isinstance(node, ast.Attribute) and node.attr == "transparent_write"
+               for node in ast.walk(magic.add_magic(source, name)))
+
+
+def test_no_page_script_relies_on_streamlit_magic():
+    """The dashboard turns magic off (``runner.magicEnabled``): a bare expression in a page script, which
+    magic would write to the page, would silently show nothing. Streamlit's own rewrite finds none."""
     scripts = [ROOT / "app" / "main.py", *sorted((ROOT / "app" / "views").glob("*.py"))]
     assert len(scripts) >= 8
-    written = {}
-    for path in scripts:
-        tree = magic.add_magic(path.read_text(), str(path))
-        written[path.name] = sum(isinstance(node, ast.Attribute) and node.attr == "transparent_write"
-                                 for node in ast.walk(tree))
+    written = {path.name: _magic_writes(path.read_text(), str(path)) for path in scripts}
     assert written == dict.fromkeys(written, 0), written
     # the check itself finds a bare expression
-    probe = magic.add_magic("import streamlit as st\nx = 1\nx\n", "probe.py")
-    assert sum(isinstance(n, ast.Attribute) and n.attr == "transparent_write" for n in ast.walk(probe)) == 1
+    assert _magic_writes("import streamlit as st\nx = 1\nx\n", "probe.py") == 1
 
 
 def test_dashboard_command_rejects_a_bad_store_url(tmp_path):

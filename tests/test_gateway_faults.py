@@ -182,3 +182,52 @@ def test_client_leaving_before_the_first_token_cancels_upstream_within_a_second(
     (attempt,) = attempts(exporter)
     assert attempt.attributes[sc.ERROR_TYPE] == "client_disconnect"
     assert gateway.router.by_id["ok"].consecutive_failures == 0  # a client leaving is not the replica's fault
+
+
+def test_client_leaving_after_done_is_a_whole_answer_not_a_disconnect(gateway_for, stub, exporter):
+    """vLLM's body ends with a zero-length chunk that can arrive after ``data: [DONE]``; the OpenAI SDK
+    closes the connection as soon as it reads [DONE]. The client then has the whole answer: the
+    attempt is ok with all its tokens, not a ``client_disconnect`` (partial) call."""
+    stubs, url_up = stub
+    stubs.script = lambda req, headers: Behaviour(tokens=4, end_delay_s=1.0)
+    gateway, url = gateway_for({"ok": url_up})
+    body = dict(BODY, stream_options={"include_usage": True})
+    got = []
+    with httpx.Client(timeout=10) as client:
+        with client.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    got.append(line[6:])
+                    if got[-1] == "[DONE]":
+                        break  # leaves the stream open only until the with-block closes it, as the SDK does
+    left_ns = time.time_ns()
+    assert got[-1] == "[DONE]" and json.loads(got[-2])["usage"]["completion_tokens"] == 4
+    (attempt,) = attempts(exporter)
+    assert attempt.end_time > left_ns, "the attempt ended before the client left (no race to test)"
+    deadline = time.monotonic() + 10
+    while not (server := [s for s in exporter.get_finished_spans() if s.name == "gateway chat"]):
+        assert time.monotonic() < deadline, "no gateway chat span"
+        time.sleep(0.01)
+    assert sc.ERROR_TYPE not in attempt.attributes and attempt.status.is_ok
+    assert attempt.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
+    assert sc.ERROR_TYPE not in server[0].attributes
+    assert gateway.router.by_id["ok"].consecutive_failures == 0
+
+
+def test_upstream_silent_after_done_ends_the_attempt_ok(gateway_for, stub, exporter):
+    """A replica that sends [DONE] and then never ends its body: the chunk timeout drops the upstream
+    connection, but the client already has the whole answer, so no error event follows [DONE] and
+    the attempt is ok (the replica is not blamed for an answer it delivered)."""
+    stubs, url_up = stub
+    stubs.script = lambda req, headers: Behaviour(tokens=3, end_delay_s=5.0)
+    gateway, url = gateway_for({"ok": url_up}, chunk_timeout_s=0.5)
+    started = time.monotonic()
+    resp = httpx.post(url + "/v1/chat/completions", json=dict(BODY, stream_options={"include_usage": True}),
+                      timeout=10)
+    assert time.monotonic() - started < 4.0  # ended by the chunk timeout, not by the stub's 5 s
+    assert resp.status_code == 200 and events(resp.text)[-1] == "[DONE]"
+    assert not any("error" in json.loads(e) for e in events(resp.text)[:-1])
+    (attempt,) = attempts(exporter)
+    assert sc.ERROR_TYPE not in attempt.attributes and attempt.status.is_ok
+    assert attempt.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
+    assert gateway.router.by_id["ok"].consecutive_failures == 0

@@ -173,6 +173,10 @@ class RelayMixin:
                 if ended:
                     watch.active = False
                 await send({"type": "http.response.body", "body": out, "more_body": not ended})
+                if saw_done:
+                    # The client has [DONE]; the upstream body's end (vLLM's zero-length chunk) may
+                    # come in a later read, after the client already closed its connection.
+                    watch.answered = True
                 if pre_s is not None:
                     # Added latency of the proxy: before the upstream send + first event's relay time.
                     self.stats.overhead.observe(pre_s + time.monotonic() - got_at)
@@ -198,6 +202,13 @@ class RelayMixin:
             if not take_cancellation(watch):
                 raise
             _catch_up(usage, skipped)
+            if watch.answered:
+                # Cut (an upstream silent after its [DONE]) once the client had the whole answer:
+                # the call succeeded; only the upstream connection is dropped, not reused.
+                if watch.reason != "client_disconnect":
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                self._finish_ok(span, aspan, usage, resp.status, ttft)
+                return None
             if watch.reason == "client_disconnect":
                 self._finish_error(span, aspan, usage, ttft, "client_disconnect")
                 return "client_disconnect"

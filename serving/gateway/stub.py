@@ -30,7 +30,9 @@ class Behaviour:
     A request asking ``stream_options.continuous_usage_stats`` gets cumulative usage on every chunk,
     as vLLM answers it. malformed_at: replace token chunk
     number N (0 = the first event) by ``malformed`` bytes. stall_after / stall_s: go silent for
-    stall_s seconds after that many token chunks.
+    stall_s seconds after that many token chunks. end_delay_s: hold the end of the body this long
+    after ``data: [DONE]`` (the terminating zero-length chunk of a chunked response can arrive in a
+    later read than the last event).
     """
 
     status: int = 200
@@ -47,6 +49,7 @@ class Behaviour:
     malformed: bytes = b"data: {not json\n\n"
     stall_after: int | None = None
     stall_s: float = 0.0
+    end_delay_s: float = 0.0
 
 
 class _Crash(Exception):
@@ -161,6 +164,10 @@ class StubUpstream:
         if include and b.usage in ("final", "cumulative_and_final"):
             tail += chunk(None, usage=usage_at(b.tokens), choices=False)
         tail += b"data: [DONE]\n\n"
+        if b.end_delay_s:
+            await send({"type": "http.response.body", "body": tail, "more_body": True})
+            await self._wait(b.end_delay_s, receive)
+            tail = b""
         await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 

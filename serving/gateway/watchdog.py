@@ -34,7 +34,7 @@ class AttemptWatch:
     """
 
     __slots__ = ("task", "started", "last", "got_first", "stream", "first_byte_s", "chunk_s", "response_s",
-                 "reason", "phase", "active")
+                 "reason", "phase", "active", "answered")
 
     def __init__(self, task: asyncio.Task | None, stream: bool, first_byte_s: float, chunk_s: float, response_s: float):
         self.task = task
@@ -45,6 +45,9 @@ class AttemptWatch:
         self.reason: str | None = None
         self.phase = ""
         self.active = True  # False once the attempt's outcome is decided: never cancel after that
+        # True once the client was sent ``data: [DONE]``: it has the whole answer, and closing its
+        # connection then (the OpenAI SDK does at once) is not a disconnect that cuts the attempt.
+        self.answered = False
 
     def overdue(self, now: float) -> str:
         """The phase whose deadline passed at ``now`` ('' when none)."""
@@ -65,7 +68,7 @@ class AttemptWatch:
         """Done-callback of the request's pending ``receive()``: a client disconnect cuts the attempt."""
         if future.cancelled() or future.exception() is not None:
             return
-        if future.result().get("type") == "http.disconnect":
+        if future.result().get("type") == "http.disconnect" and not self.answered:
             self.cut("client_disconnect")
 
 

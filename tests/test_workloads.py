@@ -109,12 +109,14 @@ def test_live_runner_outcomes_give_up_and_abandon():
         if "task.id=fails" in baggage and "task.step=s2" in baggage:
             return Behaviour(status=503)
         if "task.id=slow" in baggage:
-            return Behaviour(tokens=2, delay_s=0.8)
+            return Behaviour(tokens=2, delay_s=30.0)  # never answers before the user leaves
         return Behaviour(tokens=req.get("max_tokens", 1))
 
     stub = StubUpstream("r0", script)
     plans = [_plan("ok", 3, tokens=4), _plan("fails", 3), _plan("slow", 2)]
-    policy = RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, abandon_after_s=0.3)
+    policy = RetryPolicy(max_attempts=2, backoff_base_s=0.01, backoff_max_s=0.02, abandon_after_s=2.0)
+    # 2 s: "ok" (3 calls) and "fails" (3 calls, 2 backoffs) finish well inside it on a loaded CI
+    # machine (0.3 s did not: all three tasks were abandoned there); "slow" never does.
     with ServerThread(stub) as server:
         report = asyncio.run(run_live(plans, server.url + "/v1", policy=policy, tracer_provider=provider))
     assert report.outcomes == Counter({"success": 1, "failure": 1, "abandoned": 1})

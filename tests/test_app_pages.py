@@ -149,7 +149,8 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
     live += [{"view": "engine", "engine_tab": t} for t in engine_view.TABS]
     seen = {}
     for page, params in ([("views/live_ops.py", p) for p in live] + [
-            ("views/cost.py", {}), ("views/triangle.py", {}), ("views/tasks.py", {}), ("views/alerts.py", {})]):
+            ("views/cost.py", {}), ("views/cost.py", {"by": "Tenant"}), ("views/cost.py", {"by": "Model"}),
+            ("views/triangle.py", {}), ("views/tasks.py", {}), ("views/alerts.py", {})]):
         at = _app(BIG_RANGE | params, page=page)
         for chart in at.get("vega_lite_chart"):
             spec = json.loads(chart.proto.spec)
@@ -160,12 +161,12 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
             assert chart.proto.datasets, (page, params)  # the data went as Arrow datasets, not inline JSON
         seen[" ".join([page.split("/")[-1].removesuffix(".py")] + list(params.values()))] = len(at.get("vega_lite_chart"))
     # the live page's tabs draw 2, 2 and 4 charts; the engine view's first 3 (this store has gauges, no
-    # engine counters or histograms); the cost page 7 (the waterfall, 3 breakdown tabs, 3 trend charts);
+    # engine counters or histograms); the cost page 5 (the waterfall, the open breakdown tab's, 3 trend charts);
     # the triangle its frontier; tasks and alerts none until a row is selected
     assert seen == {
         "live_ops Latency": 2, "live_ops ITL and end-to-end": 2, "live_ops Load and errors": 4,
         "live_ops engine Batch and KV-cache": 3, "live_ops engine Tokens, prefix cache and preemptions": 0,
-        "live_ops engine Latency histograms": 0, "cost": 7, "triangle": 1, "tasks": 0, "alerts": 0}, seen
+        "live_ops engine Latency histograms": 0, "cost": 5, "cost Tenant": 5, "cost Model": 5, "triangle": 1, "tasks": 0, "alerts": 0}, seen
 
 
 def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
@@ -195,6 +196,30 @@ def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
         "overview": ["latency_series"], "Load and errors": ["gauge_series", "latency_series"],
         "engine": ["gauge_replica_series"], "engine Tokens, prefix cache and preemptions": ["engine_counters"],
         "engine Latency histograms": ["latency_histograms"]}, ran
+
+
+def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
+    """Issue 18 item 3: the cost page built the chart and table of all three breakdowns (task type, tenant,
+    model) on every load, two of them in hidden tabs. Only the open tab's are built (app.ui.lazy_tabs);
+    ``?by=Tenant`` opens the tenant's, and each shows the rows of its own dimension."""
+    from app import costviews
+
+    built = []
+    real = costviews.group_table
+
+    def counted(df, by):
+        table = real(df, by)
+        built.append((by, len(table)))
+        return table
+    monkeypatch.setattr(costviews, "group_table", counted)
+    shown = {}
+    for params in ({}, {"by": "Tenant"}, {"by": "Model"}, {"by": "no such tab"}):
+        built.clear()
+        _app(BIG_RANGE | params, page="views/cost.py")
+        shown[params.get("by", "default")] = [by for by, rows in built if rows]
+        assert len(built) == 1, built
+    assert shown == {"default": ["task_type"], "Tenant": ["tenant"], "Model": ["model"],
+                     "no such tab": ["task_type"]}, shown
 
 
 def test_money_and_counts_in_tables_have_thousands_separators(big):

@@ -21,6 +21,8 @@ if ui.optional_function("schema.queries.cost:period_summaries") is None:
     st.stop()
 
 BREAKDOWNS = ("task_type", "tenant", "model")
+BREAKDOWN_TABS = ["Task type", "Tenant", "Model"]
+BREAKDOWN_TAB_KEY = "by"  # in the link: ?by=Tenant
 FILTERED = any(f.query_filters().values())
 TREND_BUCKET_S = max(60, charts.bucket_for(f.seconds, points=60))
 
@@ -183,8 +185,12 @@ def details() -> None:
     budgets_panel()
 
     st.subheader("By task type, tenant and model")
-    tabs = st.tabs(["Task type", "Tenant", "Model"])
-    for tab, by in zip(tabs, BREAKDOWNS):
+    # Only the open tab builds its chart and table (app.ui.lazy_tabs; opening another reruns the page, whose
+    # queries are cached): a hidden tab's chart still cost its Vega-Lite conversion and its data sent.
+    # The one summary query holds all three breakdowns, so the tabs change no query.
+    for tab, by in zip(ui.lazy_tabs(BREAKDOWN_TABS, BREAKDOWN_TAB_KEY), BREAKDOWNS):
+        if not tab.open:
+            continue
         with tab:
             df = summaries[by]
             if not len(df):

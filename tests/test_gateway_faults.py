@@ -231,3 +231,18 @@ def test_upstream_silent_after_done_ends_the_attempt_ok(gateway_for, stub, expor
     assert sc.ERROR_TYPE not in attempt.attributes and attempt.status.is_ok
     assert attempt.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
     assert gateway.router.by_id["ok"].consecutive_failures == 0
+
+
+def test_error_event_then_silence_after_done_is_still_a_stream_error(gateway_for, stub, exporter):
+    """vLLM's mid-stream error event and [DONE], then a body that never ends: the chunk timeout only
+    drops the upstream connection; the attempt ends as its events said, ``stream_error`` with the two
+    tokens streamed, not ok and not ``timeout``."""
+    stubs, url_up = stub
+    stubs.script = lambda req, headers: Behaviour(tokens=5, error_after=2, end_delay_s=5.0)
+    gateway, url = gateway_for({"ok": url_up}, chunk_timeout_s=0.5)
+    resp = httpx.post(url + "/v1/chat/completions", json=BODY, timeout=10)
+    got = events(resp.text)
+    assert resp.status_code == 200 and got[-1] == "[DONE]" and "error" in json.loads(got[-2])
+    (attempt,) = attempts(exporter)
+    assert attempt.attributes[sc.ERROR_TYPE] == "stream_error"
+    assert attempt.attributes[sc.GATEWAY_TOKENS_STREAMED] == 2

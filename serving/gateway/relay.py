@@ -203,10 +203,12 @@ class RelayMixin:
                 raise
             _catch_up(usage, skipped)
             if watch.answered:
-                # Cut (an upstream silent after its [DONE]) once the client had the whole answer:
-                # the call succeeded; only the upstream connection is dropped, not reused.
-                if watch.reason != "client_disconnect":
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                # Cut (an upstream silent after its [DONE]) once the client had the whole answer: the
+                # call ended as its events said; only the upstream connection is dropped, not reused.
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                if usage.error is not None:
+                    self._finish_error(span, aspan, usage, ttft, "stream_error")
+                    return "stream_error"
                 self._finish_ok(span, aspan, usage, resp.status, ttft)
                 return None
             if watch.reason == "client_disconnect":

@@ -149,8 +149,7 @@ class StubUpstream:
                 raise _Crash("stub replica crashed mid-stream")
             if b.error_after is not None and i > b.error_after:
                 err = {"error": {"message": "engine died", "type": "InternalServerError", "param": None, "code": 500}}
-                await send({"type": "http.response.body",
-                            "body": b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n", "more_body": False})
+                await self._end(send, receive, b"data: " + json.dumps(err).encode() + b"\n\ndata: [DONE]\n\n", b)
                 return
             last = i == b.tokens
             usage = None
@@ -164,6 +163,10 @@ class StubUpstream:
         if include and b.usage in ("final", "cumulative_and_final"):
             tail += chunk(None, usage=usage_at(b.tokens), choices=False)
         tail += b"data: [DONE]\n\n"
+        await self._end(send, receive, tail, b)
+
+    async def _end(self, send, receive, tail: bytes, b: Behaviour) -> None:
+        """Send the last events and end the body (``end_delay_s`` after them, if set)."""
         if b.end_delay_s:
             await send({"type": "http.response.body", "body": tail, "more_body": True})
             await self._wait(b.end_delay_s, receive)

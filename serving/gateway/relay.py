@@ -193,11 +193,7 @@ class RelayMixin:
             if not ended:
                 watch.active = False
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-            if usage.error is not None:
-                self._finish_error(span, aspan, usage, ttft, "stream_error")
-                return "stream_error"
-            self._finish_ok(span, aspan, usage, resp.status, ttft)
-            return None
+            return self._finish_answered(span, aspan, usage, resp.status, ttft)
         except asyncio.CancelledError:
             if not take_cancellation(watch):
                 raise
@@ -206,11 +202,7 @@ class RelayMixin:
                 # Cut (an upstream silent after its [DONE]) once the client had the whole answer: the
                 # call ended as its events said; only the upstream connection is dropped, not reused.
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
-                if usage.error is not None:
-                    self._finish_error(span, aspan, usage, ttft, "stream_error")
-                    return "stream_error"
-                self._finish_ok(span, aspan, usage, resp.status, ttft)
-                return None
+                return self._finish_answered(span, aspan, usage, resp.status, ttft)
             if watch.reason == "client_disconnect":
                 self._finish_error(span, aspan, usage, ttft, "client_disconnect")
                 return "client_disconnect"
@@ -272,6 +264,15 @@ class RelayMixin:
         aspan.set_attributes(attempt)
         aspan.set_status(_OK)
         aspan.end()
+
+    def _finish_answered(self, span, aspan, usage, status, ttft) -> str | None:
+        """End an attempt whose ``[DONE]`` reached the client, as its events said: ``stream_error`` after
+        vLLM's error event, else ok (None)."""
+        if usage.error is not None:
+            self._finish_error(span, aspan, usage, ttft, "stream_error")
+            return "stream_error"
+        self._finish_ok(span, aspan, usage, status, ttft)
+        return None
 
     def _finish_error(self, span, aspan, usage, ttft, error_type) -> None:
         common, attempt = self._record_tokens(usage, ttft)

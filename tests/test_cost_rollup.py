@@ -20,7 +20,7 @@ import pytest
 
 from schema import jobs
 from schema.queries import cost, review
-from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync, waste_both  # noqa: F401
+from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, record_statements, sync, waste_both  # noqa: F401
 
 REL = dict(rel=1e-9, abs=1e-12)
 # (task, tenant, outcome, replica, call start s, call end s, prompt, output)
@@ -186,6 +186,35 @@ def test_the_rollup_is_read_for_whole_hours_only(cstore):
     after = cost.period_summary(cstore, at(1800), at(11100)).iloc[0]
     assert after["useful_usd"] == pytest.approx(before["useful_usd"] + 1000, **REL)
     assert after["requests"] == before["requests"] + 7
+
+
+def test_cost_queries_omit_the_rollup_reads_only_for_an_empty_span(cstore, monkeypatch):
+    """Section ``rollup`` (the reads of the hourly rollups) is cut out of the statement when the span is
+    empty (5-minute buckets, a range holding no whole hour; for the summary both periods' spans), kept
+    otherwise; the cut path's figures are the raw rows' (test_rollup_and_raw_rows_give_the_same_results)."""
+    _scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(11400))
+    sent = record_statements(cstore, monkeypatch)
+    trend_5m = cost.cpst_trend(cstore, at(0), at(10800), 300)
+    trend_h = cost.cpst_trend(cstore, at(0), at(10800), 3600)
+    dq_edge = cost.data_quality(cstore, at(100), at(200))
+    dq = cost.data_quality(cstore, at(0), at(10800))
+    # 10:50-10:58 and the period before it (10:42-10:50) hold no whole hour; 12:00-13:00 and 11:00-12:00 one each
+    edge = cost.period_summaries(cstore, at(3000), at(3480), ("", "tenant"), previous=True)
+    both = cost.period_summaries(cstore, at(7200), at(10800), ("", "tenant"), previous=True)
+    reads_rollup = [("FROM cost_hours" in text) for tag, text in sent
+                    if tag in ("query.cost_cpst_trend", "query.cost_data_quality", "query.cost_period_summary")]
+    assert reads_rollup == [False, True, False, True, False, True]
+    # spend by hand, $0.06 a replica-minute: r1 and r2 8 min each; before it r1 alone (r2 from 10:50)
+    assert one(edge[""])["spend_usd"] == pytest.approx(0.06 * (8 + 8), **REL)
+    assert one(edge["previous"])["spend_usd"] == pytest.approx(0.06 * 8, **REL)
+    assert one(both[""])["spend_usd"] == pytest.approx(0.06 * (60 + 10), **REL)  # r2 until 12:10
+    assert one(both["previous"])["spend_usd"] == pytest.approx(0.06 * (60 + 60), **REL)
+    assert trend_5m["spend_usd"].sum() == pytest.approx(trend_h["spend_usd"].sum(), **REL)
+    # spend by hand: r1 10:00-13:00 = 180 min, r2 10:50-12:10 = 80 min; $0.06 each
+    assert trend_h["spend_usd"].sum() == pytest.approx(0.06 * (180 + 80), **REL)
+    assert dq.set_index("replica")["up_minutes"].to_dict() == {"r1": 180, "r2": 80}
+    assert dq_edge.set_index("replica")["up_minutes"].to_dict() == {"r1": 2}
 
 
 def test_incomplete_hours_are_read_raw_and_pending_hours_rolled_up(cstore):

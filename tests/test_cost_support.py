@@ -256,6 +256,20 @@ def one(df):
 KEPT_TABLES = ("cost_settings", "schema_migrations")  # each test syncs its own fleet (the newest row wins)
 
 
+def record_statements(store, monkeypatch) -> list[tuple[str, str]]:
+    """Record every ``query_df`` statement sent to ``store`` from now on as ``(tag, text)``; the
+    statements still run."""
+    sent: list[tuple[str, str]] = []
+    query_df = store.query_df
+
+    def recording(text, *args, **kwargs):
+        sent.append((kwargs.get("tag"), text))
+        return query_df(text, *args, **kwargs)
+
+    monkeypatch.setattr(store, "query_df", recording)
+    return sent
+
+
 def reset(store) -> None:
     """Empty every table of the store but :data:`KEPT_TABLES`: the cost engine reads and writes more
     tables with each migration (dedup keys, late minutes, reconciliation runs, ...), and one left

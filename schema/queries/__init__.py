@@ -2,6 +2,8 @@
 
 Each query is one ``.sql`` file in this folder, ``<name>.sql``, with typed ``{param:Type}``
 placeholders bound by the driver. :func:`run` loads it by name and returns a pandas DataFrame;
+a query may mark optional parts ``-- section: <name>`` ... ``-- end section: <name>`` (whole lines)
+that a caller omits when it asks for nothing they compute (:func:`sql_without`);
 domain modules beside this file (``cost.py``, ``ops.py``, ...) wrap the queries in typed functions
 with documented units. Callers contain no SQL.
 """
@@ -31,9 +33,35 @@ def sql(name: str) -> str:
     return path.read_text()
 
 
-def run(store, name: str, **params):
-    """Run the named query with bound ``params``; returns a pandas DataFrame. Tagged ``query.<name>``."""
-    return store.query_df(sql(name), params or None, tag=f"query.{name}")
+# an optional part of a query: from a "-- section: <name>" line to its "-- end section: <name>" line
+_SECTION = re.compile(r"^[ \t]*-- section: (\w+)[ \t]*\n.*?^[ \t]*-- end section: \1[ \t]*\n", re.M | re.S)
+
+
+@lru_cache(maxsize=None)
+def sql_without(name: str, sections: frozenset[str]) -> str:
+    """The named query's text with its optional ``sections`` cut out (their marker lines too).
+
+    Why: ClickHouse parses, analyzes and plans every part of a statement, also a part whose
+    condition is constant false for these parameters (a branch for a grouping nobody asked for);
+    at 10M calls that fixed work, not reading, is most of a dashboard query's time (the cost
+    summary's per-replica task join: ~50 ms of its ~200-250 ms, ``benchmarks/bench_dashboard.py``).
+
+    Raises:
+        UnknownQuery: no such query, or a section name the query does not mark.
+    """
+    text = sql(name)
+    unknown = set(sections) - {m.group(1) for m in _SECTION.finditer(text)}
+    if unknown:
+        raise UnknownQuery(f"query {name!r} has no section(s) {sorted(unknown)}")
+    return _SECTION.sub(lambda m: "" if m.group(1) in sections else m.group(0), text)
+
+
+def run(store, name: str, *, omit: frozenset[str] = frozenset(), **params):
+    """Run the named query with bound ``params``; returns a pandas DataFrame. Tagged ``query.<name>``.
+
+    ``omit``: optional sections of the query to leave out (:func:`sql_without`)."""
+    text = sql_without(name, frozenset(omit)) if omit else sql(name)
+    return store.query_df(text, params or None, tag=f"query.{name}")
 
 
 def rows(store, name: str, **params):

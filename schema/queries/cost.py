@@ -74,14 +74,22 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _run(store, name: str, **params) -> pd.DataFrame:
+def _run(store, name: str, *, omit: frozenset[str] = frozenset(), **params) -> pd.DataFrame:
     # The chDB backend returns an empty DataFrame without columns for zero rows; readers rely on
     # the documented columns being present, so rebuild them from the result's column names.
     # COLUMNS is also the stability contract: a test checks every query returns exactly these.
-    df = run(store, name, **params)
+    df = run(store, name, omit=omit, **params)
     if len(df.columns) == 0:
         df = pd.DataFrame(columns=list(COLUMNS[name]))
     return df
+
+
+def _without_rollup(span: dict) -> frozenset[str]:
+    """The sections to omit for a rollup span: ``rollup`` (a query's reads of the hourly rollups) when
+    the span is empty: a range with no whole rolled-up hour or a bucket not of whole hours, e.g. every
+    1 h view ending now. ClickHouse plans those reads even when their range is empty (the cost
+    trend at 10M calls, 1 h: ~75 -> ~55 ms)."""
+    return frozenset({"rollup"}) if span["rollup_end"] <= span["rollup_start"] else frozenset()
 
 
 def _naive_utc(value: datetime) -> datetime:
@@ -336,7 +344,11 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
         read_start = params["start"] - (params["end"] - params["start"])
         prev = rollup_span(store, read_start, params["start"])
     extra = (["previous"] if previous else []) + (["waste"] if waste else [])
-    df = run(store, "cost_period_summary", **params, bys=keys + extra,
+    # the per-replica task join only for grouping 'replica', the rollup reads only for a span holding an
+    # hour (ClickHouse would plan them regardless)
+    omit = (frozenset() if "replica" in keys else frozenset({"replica_tasks"})) | (
+        _without_rollup(span) & _without_rollup(prev))
+    df = run(store, "cost_period_summary", omit=omit, **params, bys=keys + extra,
              read_start=read_start, prev_rollup_start=prev["rollup_start"], prev_rollup_end=prev["rollup_end"],
              prev_rollup_versions=prev["rollup_versions"], **span)
     columns = list(COLUMNS["cost_period_summary"])
@@ -394,7 +406,8 @@ def cpst_trend(store, start: datetime, end: datetime, bucket_seconds: int, by: s
     if bucket_seconds < 60 or bucket_seconds % 60:
         raise ValueError(f"bucket_seconds must be a positive multiple of 60, got {bucket_seconds}")
     params = _range(start, end) | {"bucket_seconds": bucket_seconds, "by": _by(by)}
-    return _run(store, "cost_cpst_trend", **params, **rollup_span(store, start, end, bucket_seconds, blocks=False))
+    span = rollup_span(store, start, end, bucket_seconds, blocks=False)
+    return _run(store, "cost_cpst_trend", omit=_without_rollup(span), **params, **span)
 
 
 def waste_breakdown(store, start: datetime, end: datetime) -> pd.DataFrame:
@@ -480,4 +493,5 @@ def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:
     ``late_minutes_recomputed`` (minutes whose data arrived after the live window and were
     recomputed; replica ``''`` when not tied to one), ``spend_usd``.
     """
-    return _run(store, "cost_data_quality", **_range(start, end), **rollup_span(store, start, end))
+    span = rollup_span(store, start, end)
+    return _run(store, "cost_data_quality", omit=_without_rollup(span), **_range(start, end), **span)

@@ -7,6 +7,8 @@
 -- With buckets of whole hours, the hours the cost jobs rolled up (migration 0170) are read from the
 -- hourly rollups, [p_hs, p_re); the partial edge hours and hours not rolled up (the live window)
 -- from the raw tables. Shorter buckets read the raw tables only.
+-- Sections rollup (those reads) are omitted when the span is empty (cost._without_rollup): ClickHouse
+-- would plan them for an empty range too.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -30,10 +32,12 @@ WITH
             FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            -- section: rollup
             UNION ALL
             SELECT hour, task_type, tenant_id, model, replica, cost_usd FROM cost_hours
             WHERE hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            -- end section: rollup
         )
         GROUP BY bucket, grp
     ),
@@ -45,10 +49,12 @@ WITH
             FROM (SELECT * FROM replica_minutes_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            -- section: rollup
             UNION ALL
             SELECT hour, spend_usd, idle_usd, allocated_usd FROM cost_replica_hours
             WHERE hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            -- end section: rollup
         )
         GROUP BY bucket
     ),
@@ -64,10 +70,12 @@ WITH
                   UNION ALL SELECT * FROM tasks_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             GROUP BY minute, task_type, tenant_id, model
+            -- section: rollup
             UNION ALL
             SELECT hour, task_type, tenant_id, model, successes, slo_met FROM cost_task_hours
             WHERE hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            -- end section: rollup
         )
         GROUP BY bucket, grp
     ),

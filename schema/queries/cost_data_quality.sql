@@ -9,6 +9,8 @@
 -- Each CTE is referenced once (ClickHouse inlines a CTE at every reference): FULL JOINs give the keys.
 -- Whole hours the cost jobs rolled up (migration 0170) are read from the hourly rollups, [p_hs, p_re);
 -- the partial edge hours and hours not rolled up (the live window) from the raw tables.
+-- Sections rollup (those reads) are omitted when the span is empty (cost._without_rollup): ClickHouse
+-- would plan them for an empty range too.
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
@@ -52,6 +54,7 @@ WITH
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
             GROUP BY replica
+            -- section: rollup
             UNION ALL
             SELECT replica, sum(minutes), sum(span_tokens), sum(counter_tokens), sum(counter_minutes),
                    sum(counted_tokens), sum(default_priced_minutes), sum(unpriced_minutes), sum(down_minutes),
@@ -60,6 +63,7 @@ WITH
             WHERE hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
             GROUP BY replica
+            -- end section: rollup
         )
         GROUP BY replica
     ),
@@ -72,10 +76,12 @@ WITH
             FROM (SELECT * FROM call_costs_history WHERE minute < p_wm
                   UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end))
+            -- section: rollup
             UNION ALL
             SELECT replica, call_source, requests FROM cost_hours
             WHERE hour >= p_hs AND hour < p_re
               AND version = p_versions[dateDiff('hour', p_hs, hour) + 1]
+            -- end section: rollup
         )
         GROUP BY replica
     ),

@@ -18,6 +18,11 @@
 -- (by_dim 'waste.partial', grp 'partial') with the partial pieces' in partial_usd / partial_requests
 -- / partial_tokens, and down_usd (idle spend of reserved replicas while down) on the '' row; the pieces
 -- are summed by the finest key and category then.
+-- Optional sections (schema/queries sql_without), cut out by cost.period_summaries where they add
+-- nothing, as ClickHouse would still parse, analyze and plan them: rollup (the reads of the hourly
+-- rollups) when both spans are empty (e.g. every 1 h view ending now holds no whole hour);
+-- replica_tasks (a task counts for every replica that ran one of its calls: a join of the period's
+-- tasks with their calls) unless grouping 'replica' is asked.
 -- by 'previous' (with the others): also the ungrouped row of the period of the same length just
 -- before, [p_lo, p_start), read in the same pass (its own rollup span [q_hs, q_re), so an hour cut by
 -- p_start is read raw on both sides); every source row belongs to one period (prev: minute < p_start).
@@ -72,12 +77,14 @@ WITH
                   UNION ALL SELECT * FROM call_costs_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
                    OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
+            -- section: rollup
             UNION ALL
             SELECT hour < p_start AS prev, task_type, tenant_id, model, replica, category, partial, cached_estimated,
                    cost_usd, requests, prompt_tokens, cached_tokens, output_tokens
             FROM cost_hours
             WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
                    OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
+            -- end section: rollup
         )
         WHERE (f_model = '' OR model = f_model)
           AND (f_tenant = '' OR tenant_id = f_tenant)
@@ -119,13 +126,16 @@ WITH
             WHERE unfiltered
               AND ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
                    OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
+            -- section: rollup
             UNION ALL
             SELECT hour < p_start AS prev, replica, spend_usd, idle_usd, down_usd FROM cost_replica_hours
             WHERE unfiltered AND ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
                    OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
+            -- end section: rollup
         )
         GROUP BY by_dim, grp
     ),
+    -- section: replica_tasks
     ended AS (
         -- by replica only (the task's replicas are not rolled up): every task of the period, raw
         SELECT task_id, task_type, tenant_id, model, outcome, slo_met, attempts, step_calls, steps
@@ -136,6 +146,7 @@ WITH
           AND (f_tenant = '' OR tenant_id = f_tenant)
           AND (f_task_type = '' OR task_type = f_task_type)
     ),
+    -- end section: replica_tasks
     task_rows AS (
         -- tasks counted by the finest key first, then spread over the groupings (replica apart)
         SELECT arrayJoin(if(prev, ['previous'], arrayFilter(b -> b NOT IN ('replica', 'waste'), p_cur_bys))) AS by_dim,
@@ -162,6 +173,7 @@ WITH
                 WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
                    OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
                 GROUP BY prev, task_type, tenant_id, model
+                -- section: rollup
                 UNION ALL
                 SELECT hour < p_start AS prev, task_type, tenant_id, model, sum(tasks), sum(successes), sum(failures), sum(abandoned),
                        sum(slo_met), sum(success_attempts), sum(success_step_calls), sum(success_steps)
@@ -169,12 +181,14 @@ WITH
                 WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
                    OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
                 GROUP BY prev, task_type, tenant_id, model
+                -- end section: rollup
             )
             WHERE (f_model = '' OR model = f_model)
               AND (f_tenant = '' OR tenant_id = f_tenant)
               AND (f_task_type = '' OR task_type = f_task_type)
             GROUP BY prev, task_type, tenant_id, model
         )
+        -- section: replica_tasks
         UNION ALL
         -- by replica: a task counts for every replica that ran one of its calls
         SELECT 'replica' AS by_dim, tr.replica AS grp, 1, e.outcome = 'success', e.outcome = 'failure',
@@ -189,6 +203,7 @@ WITH
             WHERE has(p_bys, 'replica') AND minute >= p_start - INTERVAL 1 DAY AND minute < p_end
               AND task_id IN (SELECT task_id FROM ended WHERE has(p_bys, 'replica'))
         ) AS tr ON tr.task_id = e.task_id
+        -- end section: replica_tasks
     ),
     tk AS (
         SELECT by_dim, grp,
@@ -215,10 +230,12 @@ WITH
                   UNION ALL SELECT * FROM replica_minutes_live WHERE minute >= p_wm)
             WHERE ((minute >= p_start AND minute < least(p_hs, p_end)) OR (minute >= p_re AND minute < p_end)
                    OR (minute >= p_lo AND minute < least(q_hs, p_start)) OR (minute >= q_re AND minute < p_start))
+            -- section: rollup
             UNION ALL
             SELECT hour < p_start AS prev, hour AS h, idle_usd, allocated_usd FROM cost_replica_hours
             WHERE ((hour >= p_hs AND hour < p_re AND version = p_versions[dateDiff('hour', p_hs, hour) + 1])
                    OR (hour >= q_hs AND hour < q_re AND version = q_versions[dateDiff('hour', q_hs, hour) + 1]))
+            -- end section: rollup
         )
     ),
     base AS (SELECT arrayJoin(arrayFilter(b -> b IN ('', 'previous'), p_bys)) AS by_dim, toNullable('') AS grp)

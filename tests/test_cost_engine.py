@@ -390,7 +390,7 @@ def test_queries_return_documented_columns(cstore):
 
 def test_summary_plans_the_replica_task_join_only_for_grouping_replica(cstore, monkeypatch):
     """The per-replica task join (section ``replica_tasks``) is cut out of the statement unless grouping
-    'replica' is asked (ClickHouse plans a constant-false branch anyway: ~50 ms at 10M calls); the
+    'replica' is asked (ClickHouse plans a constant-false branch anyway: 30-50 ms at 10M calls); the
     figures of the other groupings are the same with and without it."""
     _worked_example(cstore)
     start, end = at(0), at(180)

@@ -44,7 +44,7 @@ def sql_without(name: str, sections: frozenset[str]) -> str:
     Why: ClickHouse parses, analyzes and plans every part of a statement, also a part whose
     condition is constant false for these parameters (a branch for a grouping nobody asked for);
     at 10M calls that fixed work, not reading, is most of a dashboard query's time (the cost
-    summary's per-replica task join: ~50 ms of its ~200-250 ms, ``benchmarks/bench_dashboard.py``).
+    summary's per-replica task join: 30-50 ms of its 170-250 ms, ``app/README.md``).
 
     Raises:
         UnknownQuery: no such query, or a section name the query does not mark.

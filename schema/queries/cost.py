@@ -88,7 +88,7 @@ def _without_rollup(span: dict) -> frozenset[str]:
     """The sections to omit for a rollup span: ``rollup`` (a query's reads of the hourly rollups) when
     the span is empty: a range with no whole rolled-up hour or a bucket not of whole hours, e.g. every
     1 h view ending now. ClickHouse plans those reads even when their range is empty (the cost
-    trend at 10M calls, 1 h: ~75 -> ~55 ms)."""
+    trend at 10M calls, 1 h: 56-75 -> 48-57 ms)."""
     return frozenset({"rollup"}) if span["rollup_end"] <= span["rollup_start"] else frozenset()
 
 

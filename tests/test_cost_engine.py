@@ -14,7 +14,8 @@ import pytest
 
 from schema import jobs
 from schema.queries import QUERIES_DIR, UnknownQuery, cost, sql, sql_without
-from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, record_statements, sync, waste_both  # noqa: F401
+from tests.test_cost_support import (  # noqa: F401
+    _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, record_statements, sync, waste_both)
 
 EXACT = dict(rel=1e-12, abs=1e-12)
 

@@ -20,7 +20,8 @@ import pytest
 
 from schema import jobs
 from schema.queries import cost, review
-from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, record_statements, sync, waste_both  # noqa: F401
+from tests.test_cost_support import (  # noqa: F401
+    _module_store, cstore, Spans, at, fleet_yaml, metrics_up, one, record_statements, sync, waste_both)
 
 REL = dict(rel=1e-9, abs=1e-12)
 # (task, tenant, outcome, replica, call start s, call end s, prompt, output)

@@ -84,6 +84,9 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         until: apply only versions up to this number (benchmarks compare a schema before and after
             a migration); None = all.
 
+    Then (without ``until``) the periodic cost chain's views get their job views written out
+    (:func:`schema.jobs.periodic.write_out`: ~0.7 s on a new store, ~0.13 s when up to date).
+
     Returns:
         Names of the migrations applied now (empty when up to date).
 
@@ -110,6 +113,11 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         applied.append(migration.name)
         if progress:
             progress(migration.name)
+    if until is None:
+        # after the last migration only: the chain's views as it left them, its job views written out
+        from schema.jobs.periodic import write_out
+
+        write_out(store)
     return applied
 
 

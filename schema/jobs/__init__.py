@@ -10,7 +10,8 @@ UTC minutes). Two runners call the same views:
   recompute a trailing window (``cost_settings.job_window_s``, default 2 h) into ``*_live``
   (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave it
   into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
-  history below ``cost_watermark``, live from it on.
+  history below ``cost_watermark``, live from it on. The steps that call a job view run its query
+  written out (:mod:`schema.jobs.periodic`, after every migrate: the same rows, planned in less time).
 * **Explicit** — :func:`run_jobs` (this module): for ``[start, end)``, in chunks of a day (cut at
   whole hours where a day holds more than ``DEFAULT_MAX_CHUNK_CALLS`` calls), it
   replaces the history rows of each chunk with the job views' output and raises the watermark to

@@ -6,7 +6,6 @@ Uses data a few minutes old (the views work on the wall clock), ``SYSTEM REFRESH
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -14,27 +13,13 @@ import pytest
 from schema import jobs
 from schema.queries import cost
 from tests import test_cost_support as support
-from tests.test_cost_support import Spans, fleet_yaml, metrics_up, sync
-
-
-def _clear_of_the_schedule(seconds: float) -> None:
-    """Return a few seconds after a minute's start with at least ``seconds`` of it left, so the test's
-    stopped chain sees no minute start. The schedule runs the chain at each minute's start; a stopped chain
-    misses that run and ``jobs.refresh`` then runs it on top of its own (two runs: a copy and a watermark the
-    test's figures do not expect; CI failed so once, reproduced by stopping 0.4 s before a minute). The few
-    seconds after a minute's start leave the schedule's own run of that minute time to end first."""
-    now = datetime.now(timezone.utc)
-    into = now.second + now.microsecond / 1e6
-    if into < 5:
-        time.sleep(5 - into)
-    elif 60 - into < seconds:
-        time.sleep(60 - into + 5)
+from tests.test_cost_support import Spans, clear_of_the_schedule, fleet_yaml, metrics_up, sync
 
 
 def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     # The chain is driven by hand (jobs.refresh runs a stopped chain once): a scheduled run firing
     # between the fleet sync and the spans would copy minute 1 before its spans arrived (the next test).
-    _clear_of_the_schedule(seconds=30)
+    clear_of_the_schedule(seconds=30)
     jobs.stop(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
     base = now - timedelta(minutes=25)
@@ -97,7 +82,7 @@ def test_rows_arriving_after_a_run_for_a_minute_the_next_copy_moves_are_marked_l
     old that arrive after that run are not in them; they are newer than the watermark, so before migration
     0500 nothing marked them and the minute reached history without them for good. They are marked at
     ingest now (below the next copy's cutoff + 1 minute), and recompute_late puts them into history."""
-    _clear_of_the_schedule(seconds=30)
+    clear_of_the_schedule(seconds=30)
     jobs.stop(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
     base = now - timedelta(minutes=25)

@@ -42,7 +42,8 @@ from schema.jobs.sqlfiles import JOBS_DIR, split_statements, sql_statements  # n
 
 log = logging.getLogger(__name__)
 
-# The periodic chain, in DEPENDS ON order (schema/migrations/0014_create_cost_refresh_views.sql).
+# The periodic chain's steps in an order its DEPENDS ON graph allows (migrations 0014, 0240; 0510 lets
+# the steps that read nothing of each other run side by side: schema/jobs/refresh.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
     "cost_clock_mv", "cost_resolved_calls_mv", "cost_engine_counters_mv", "cost_replica_gauges_mv",

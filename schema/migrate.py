@@ -85,7 +85,8 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
             a migration); None = all.
 
     Then (without ``until``) the periodic cost chain's views get their job views written out
-    (:func:`schema.jobs.periodic.write_out`: ~0.7 s on a new store, ~0.13 s when up to date).
+    (:func:`schema.jobs.periodic.write_out`: ~0.7 s on a new store; when no migration was applied, it
+    first checks the views' marks: a whole ``migrate`` of an up-to-date store takes 23-31 ms).
 
     Returns:
         Names of the migrations applied now (empty when up to date).
@@ -114,10 +115,11 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         if progress:
             progress(migration.name)
     if until is None:
-        # after the last migration only: the chain's views as it left them, its job views written out
+        # after the last migration only: the chain's views as it left them, its job views written out;
+        # with no migration applied now, the marks of the last write-out are checked first
         from schema.jobs.periodic import write_out
 
-        write_out(store)
+        write_out(store, quick=not applied)
     return applied
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from schema import jobs
 from schema.jobs import periodic
-from schema.migrate import migrate
+from schema.migrate import MIGRATIONS_DIR, migrate
 from schema.store_errors import StoreQueryError
 from tests import test_cost_support as support
 from tests.test_cost_support import Spans, clear_of_the_schedule, fleet_yaml, metrics_up, sync
@@ -112,7 +112,10 @@ def test_a_replaced_job_view_or_a_call_put_back_is_written_out_again(store):
     assert periodic.write_out(store) == changed
     after = _chain(store)
     assert all("probe_column" in after[name][0] for name in changed)
-    assert {k: v for k, v in after.items() if k not in changed} == {k: v for k, v in before.items() if k not in changed}
+    # the others keep their queries and digests; their marks take the new inputs key (a new UUID)
+    for name in set(after) - set(changed):
+        assert after[name][0] == before[name][0], name
+        assert after[name][1].partition(" | inputs ")[0] == before[name][1].partition(" | inputs ")[0], name
     # a later migration puts a call back (ALTER TABLE ... MODIFY QUERY): written out from the new call
     call = _call(after["cost_tasks_mv"][1])
     store.command(f"ALTER TABLE cost_tasks_mv MODIFY QUERY {call}", tag="test")
@@ -160,3 +163,48 @@ def test_a_refused_alter_leaves_that_view_calling_its_job_view(monkeypatch, capl
         assert periodic.write_out(store) == ["cost_tasks_mv"]  # the next migrate tries again
     finally:
         drop_store(store)
+
+
+def _reads(store, monkeypatch) -> list[str]:
+    """Record the text of every ``query`` sent to ``store`` from now on (the statements still run)."""
+    sent: list[str] = []
+    query = store.query
+
+    def recording(text, *args, **kwargs):
+        sent.append(text)
+        return query(text, *args, **kwargs)
+
+    monkeypatch.setattr(store, "query", recording)
+    return sent
+
+
+def test_a_written_out_chain_is_found_so_from_its_marks_alone(store, monkeypatch, tmp_path):
+    # each mark records the key of its inputs and how many views were written out with it
+    marks = [comment.partition(" | inputs ")[2] for _, comment in _chain(store).values() if comment]
+    assert len(marks) == len(WRITTEN_OUT) and len(set(marks)) == 1
+    assert re.fullmatch(rf"[0-9a-f]{{64}} of {len(WRITTEN_OUT)}", marks[0])
+    sent = _reads(store, monkeypatch)
+    # a process start: no migration to apply, the marks and the job views' UUIDs only (no stored query read)
+    assert migrate(store, retention_days=3650) == []
+    assert periodic.write_out(store, quick=True) == []
+    assert sent and not any("as_select" in text for text in sent), sent
+    chain = _chain(store)
+    # a replaced job view has a new UUID: the quick check sees it, the two steps that read it are rewritten
+    query = store.scalar("SELECT as_select FROM system.tables WHERE database = currentDatabase() "
+                         "AND name = 'job_engine_counters'", tag="test")
+    store.command("CREATE OR REPLACE VIEW job_engine_counters AS "
+                  + query.replace("SELECT ", "SELECT 1 AS probe_column, ", 1), tag="test")
+    assert periodic.write_out(store, quick=True) == ["cost_engine_counters_mv", "cost_resolved_calls_mv"]
+    assert periodic.write_out(store, quick=True) == []
+    # a view whose first ALTER failed (its call, no mark): one mark short of the number recorded
+    call = _call(chain["cost_tasks_mv"][1])
+    store.command(f"ALTER TABLE cost_tasks_mv MODIFY COMMENT '', MODIFY QUERY {call}", tag="test")
+    assert periodic.write_out(store, quick=True) == ["cost_tasks_mv"]
+    # a migration that puts a call back under the old comment: migrate reads the queries after it
+    directory = tmp_path / "migrations"
+    directory.mkdir()
+    for path in MIGRATIONS_DIR.glob("*.sql"):
+        (directory / path.name).write_text(path.read_text())
+    (directory / "9990_restore_tasks_call.sql").write_text(f"ALTER TABLE cost_tasks_mv MODIFY QUERY {call};\n")
+    assert migrate(store, retention_days=3650, directory=directory) == ["9990_restore_tasks_call.sql"]
+    assert not CALL.search(_chain(store)["cost_tasks_mv"][0])

@@ -161,12 +161,12 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
             assert chart.proto.datasets, (page, params)  # the data went as Arrow datasets, not inline JSON
         seen[" ".join([page.split("/")[-1].removesuffix(".py")] + list(params.values()))] = len(at.get("vega_lite_chart"))
     # the live page's tabs draw 2, 2 and 4 charts; the engine view's first 3 (this store has gauges, no
-    # engine counters or histograms); the cost page 5 (the waterfall, the open breakdown tab's, 3 trend charts);
+    # engine counters or histograms); the cost page 3 (the waterfall, the open breakdown tab's, the open trend tab's);
     # the triangle its frontier; tasks and alerts none until a row is selected
     assert seen == {
         "live_ops Latency": 2, "live_ops ITL and end-to-end": 2, "live_ops Load and errors": 4,
         "live_ops engine Batch and KV-cache": 3, "live_ops engine Tokens, prefix cache and preemptions": 0,
-        "live_ops engine Latency histograms": 0, "cost": 5, "cost Tenant": 5, "cost Model": 5, "triangle": 1, "tasks": 0, "alerts": 0}, seen
+        "live_ops engine Latency histograms": 0, "cost": 3, "cost Tenant": 3, "cost Model": 3, "triangle": 1, "tasks": 0, "alerts": 0}, seen
 
 
 def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
@@ -220,6 +220,28 @@ def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
         assert len(built) == 1, built
     assert shown == {"default": ["task_type"], "Tenant": ["tenant"], "Model": ["model"],
                      "no such tab": ["task_type"]}, shown
+
+
+def test_the_cost_page_draws_only_the_open_trend(big):
+    """Issue 18 item 3: the cost page drew its three trend charts (CPST, spend, successful tasks) side by
+    side on every load, ~80-90 ms of the browser's time each. They are tabs now (app.ui.lazy_tabs): one
+    chart is drawn, the open tab's, from the same one trend query; ``?trend=Spend`` opens the spend's."""
+    import json
+
+    drawn = {}
+    for params in ({}, {"trend": "Spend"}, {"trend": "Successful tasks"}, {"trend": "no such tab"}):
+        at = _app(BIG_RANGE | params, page="views/cost.py")
+        titles = []
+        for chart in at.get("vega_lite_chart"):
+            spec = json.loads(chart.proto.spec)
+            y = spec.get("encoding", {}).get("y", {})
+            if spec.get("encoding", {}).get("x", {}).get("field") == "bucket_start":  # the trend's time axis
+                titles.append(y.get("title"))
+        drawn[params.get("trend", "default")] = titles
+        labels = [m.body for m in at.markdown if m.body.startswith("**")]
+        assert sum(label.endswith(" (USD)**") or label.startswith("**Successful tasks per") for label in labels) == 1
+    assert drawn == {"default": ["USD per successful task"], "Spend": ["USD"], "Successful tasks": ["tasks"],
+                     "no such tab": ["USD per successful task"]}, drawn
 
 
 def test_money_and_counts_in_tables_have_thousands_separators(big):

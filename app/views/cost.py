@@ -23,6 +23,9 @@ if ui.optional_function("schema.queries.cost:period_summaries") is None:
 BREAKDOWNS = ("task_type", "tenant", "model")
 BREAKDOWN_TABS = ["Task type", "Tenant", "Model"]
 BREAKDOWN_TAB_KEY = "by"  # in the link: ?by=Tenant
+TREND_TABS = ["CPST", "Spend", "Successful tasks"]
+TREND_TAB_KEY = "trend"  # in the link: ?trend=Spend
+TREND_HEIGHT_PX = 300  # one chart across the page (the three side by side were 220 px high)
 FILTERED = any(f.query_filters().values())
 TREND_BUCKET_S = max(60, charts.bucket_for(f.seconds, points=60))
 
@@ -209,19 +212,21 @@ def details() -> None:
     else:
         t = ui.to_viewer(trend, ["bucket_start"], naive=True)
         label = costviews.bucket_label(bucket_s)
-        cols = st.columns(3)
-        with cols[0]:
-            st.markdown(f"**CPST per {label} (USD)**")
-            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"cpst_usd": "CPST", "attributed_cpst_usd":
-                                                 "attributed CPST"}, "USD per successful task"), width="stretch")
-        with cols[1]:
-            st.markdown(f"**Spend per {label} (USD)**")
-            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"spend_usd": "spend", "allocated_usd":
-                                                 "allocated to calls"}, "USD"), width="stretch")
-        with cols[2]:
-            st.markdown(f"**Successful tasks per {label}**")
-            ui.cached_chart("app.charts:lines", (t, "bucket_start", {"successful_tasks": "successful",
-                                                 "slo_met_tasks": "within SLO"}, "tasks"), width="stretch")
+        # One chart drawn, the open tab's (app.ui.lazy_tabs; the one trend query holds all three series):
+        # each Vega chart costs the browser ~80-90 ms whatever its data, and three side by side were a
+        # tenth of the page's load time (app/README.md, "Fewer charts drawn at once").
+        for tab, (title, series, unit) in zip(ui.lazy_tabs(TREND_TABS, TREND_TAB_KEY), (
+                (f"CPST per {label} (USD)", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
+                 "USD per successful task"),
+                (f"Spend per {label} (USD)", {"spend_usd": "spend", "allocated_usd": "allocated to calls"}, "USD"),
+                (f"Successful tasks per {label}", {"successful_tasks": "successful", "slo_met_tasks": "within SLO"},
+                 "tasks"))):
+            if not tab.open:
+                continue
+            with tab:
+                st.markdown(f"**{title}**")
+                ui.cached_chart("app.charts:lines", (t, "bucket_start", series, unit, TREND_HEIGHT_PX),
+                                width="stretch")
 
     st.subheader("Data quality" + (" (whole fleet: not filtered)" if FILTERED else ""))
     dq = ui.ask(Q["quality"])

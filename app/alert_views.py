@@ -14,6 +14,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from app.charts import time_x
+
 CASCADE = "cascading_degradation"
 SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 STATE_RANK = {"firing": 0, "pending": 1, "resolved": 2, "cancelled": 3}
@@ -124,7 +126,7 @@ def timeline_chart(latency: pd.DataFrame, links: list[dict[str, Any]], culprit: 
     data = latency[latency["replica"] != ""].dropna(subset=[metric]).copy()
     data["culprit"] = data["replica"] == culprit
     lines = (alt.Chart(data).mark_line()
-             .encode(x=alt.X("bucket:T", title="time"), y=alt.Y(f"{metric}:Q", title=title),
+             .encode(x=time_x(data, "bucket"), y=alt.Y(f"{metric}:Q", title=title),
                      color=alt.Color("replica:N", title="replica"),
                      strokeWidth=alt.condition("datum.culprit", alt.value(3.5), alt.value(1.2)),
                      tooltip=[alt.Tooltip("bucket:T", format="%H:%M:%S"), "replica:N",

@@ -41,6 +41,11 @@ disable_debug_mode()
 # paints, ~5,000 on the live page at 7 days (16 replicas x 84 points, twice, plus the fleet lines). A
 # canvas draws the same marks, tooltips and selections with a handful of elements.
 CHART_EMBED = {"renderer": "canvas"}
+# A chart's height is its plot's, the width fits the column. Streamlit sizes a spec without `autosize` with
+# "fit" in both directions, so the height a builder asks for held the axes and the legend too: a 220 px
+# time series kept a 40-80 px plot (measured in Chromium on the live and cost pages, 2026-12-04).
+# Composed and faceted specs keep Streamlit's choice (fit does not apply to them).
+CHART_AUTOSIZE = {"type": "fit-x", "contains": "padding"}
 
 
 # ``st.altair_chart`` turns each chart into its Vega-Lite dict with ``to_dict()``, which validates the
@@ -57,7 +62,8 @@ def vega_lite_spec(spec, validate: bool = False) -> dict:
     """The Vega-Lite dict Streamlit would build from the Altair chart ``spec`` (its ``to_arrow_dataset``
     data transformer: each frame as Arrow IPC bytes in ``datasets`` under a content hash; the "none"
     theme), validated against the schema only when ``validate``, with :data:`CHART_EMBED` as its
-    top-level ``usermeta.embedOptions``. Raises ``altair.utils.schemapi.SchemaValidationError`` on an
+    top-level ``usermeta.embedOptions`` and, unless composed or faceted, :data:`CHART_AUTOSIZE` as its
+    ``autosize`` (the height asked for is the plot's). Raises ``altair.utils.schemapi.SchemaValidationError`` on an
     invalid spec when validating."""
     import altair as alt
     from streamlit.elements.vega_charts import _altair_globals_lock, _to_arrow_dataset  # private: see chart()
@@ -71,6 +77,8 @@ def vega_lite_spec(spec, validate: bool = False) -> dict:
     existing = out.get("datasets")
     out["datasets"] = {**existing, **datasets} if isinstance(existing, dict) else datasets
     out["usermeta"] = {**(out.get("usermeta") or {}), "embedOptions": dict(CHART_EMBED)}
+    if not any(key in out for key in ("vconcat", "hconcat", "concat", "facet", "repeat")):
+        out.setdefault("autosize", dict(CHART_AUTOSIZE))
     return out
 
 

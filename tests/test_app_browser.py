@@ -176,6 +176,11 @@ def test_every_page_renders_in_chromium(served, artifacts):
                     # the viewer's time zone (from the browser) is used for times on the page
                     assert "Europe/Paris" in body and "Replica health" in body
                     assert "range=1h" in page.url  # the filters stay in the URL
+                    # a time chart's 220 px are its plot's: axes and legend come on top (Streamlit's default
+                    # "fit" made 220 px the whole chart's, leaving a 40-80 px plot: app.ui.CHART_AUTOSIZE)
+                    heights = page.evaluate(f"() => {_CHARTS}.filter(e => e.offsetParent !== null)"
+                                            ".map(e => Math.round(e.getBoundingClientRect().height))")
+                    assert heights and all(h > 260 for h in heights), heights
             # A live range refreshes the panel in place every 5 s: the page is not reloaded (a JS marker
             # survives) while the "last update" time moves on.
             page.goto(f"{url}/?range=15m", wait_until="domcontentloaded")

@@ -155,6 +155,15 @@ def test_time_axes_use_a_24_hour_clock():
     assert time_format(day) == "%H:%M"
     assert time_format(pd.date_range("2026-12-01", periods=8, freq="D")) == "%m-%d %H:%M"
     assert "%I" not in time_format(day) and "%p" not in time_format(day)
+    # the alert page's cascade timeline too (it had Vega's default: 19:22 read "07:22" beside the text's 19:22)
+    from app.alert_views import timeline_chart
+
+    minutes = pd.date_range("2026-12-04 19:10", periods=40, freq="min")
+    latency = pd.DataFrame({"bucket": list(minutes) * 2, "replica": ["replica-1"] * 40 + ["replica-2"] * 40,
+                            "ttft_p50_s": [0.1] * 80})
+    links = [{"started_at": minutes[12], "step": "trigger", "replica": "replica-2", "rule": "replica_degradation"}]
+    spec = timeline_chart(latency, links, "replica-2").to_dict()
+    assert spec["layer"][0]["encoding"]["x"]["axis"]["format"] == "%H:%M"
 
 
 def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(monkeypatch):
@@ -204,8 +213,11 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
     assert [type(v) for v in fast["datasets"].values()] == [bytes]
     from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
 
-    theirs = _convert_altair_to_vega_lite_spec(good.properties(usermeta={"embedOptions": {"renderer": "canvas"}}))
+    theirs = _convert_altair_to_vega_lite_spec(good.properties(usermeta={"embedOptions": {"renderer": "canvas"}},
+                                                               autosize={"type": "fit-x", "contains": "padding"}))
     assert fast == theirs
+    # the height asked for is the plot's (Streamlit's default "fit" made it the whole chart's, legend included)
+    assert fast["autosize"] == {"type": "fit-x", "contains": "padding"} and fast["height"] == 220
 
 
 def test_a_chart_is_built_once_per_data_and_rebuilt_when_the_data_changes(monkeypatch):

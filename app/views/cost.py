@@ -25,7 +25,6 @@ BREAKDOWN_TABS = ["Task type", "Tenant", "Model"]
 BREAKDOWN_TAB_KEY = "by"  # in the link: ?by=Tenant
 TREND_TABS = ["CPST", "Spend", "Successful tasks"]
 TREND_TAB_KEY = "trend"  # in the link: ?trend=Spend
-TREND_HEIGHT_PX = 300  # one chart across the page (the three side by side were 220 px high)
 FILTERED = any(f.query_filters().values())
 TREND_BUCKET_S = max(60, charts.bucket_for(f.seconds, points=60))
 
@@ -225,8 +224,7 @@ def details() -> None:
                 continue
             with tab:
                 st.markdown(f"**{title}**")
-                ui.cached_chart("app.charts:lines", (t, "bucket_start", series, unit, TREND_HEIGHT_PX),
-                                width="stretch")
+                ui.cached_chart("app.charts:lines", (t, "bucket_start", series, unit), width="stretch")
 
     st.subheader("Data quality" + (" (whole fleet: not filtered)" if FILTERED else ""))
     dq = ui.ask(Q["quality"])

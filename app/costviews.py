@@ -200,7 +200,7 @@ def triangle_chart(pts: pd.DataFrame, front: pd.DataFrame, x: str, y: str, x_lab
                      *[label.encode(text=alt.Text("label:N")) for label in labels]).properties(height=height).interactive()
 
 
-def waterfall_chart(bars: pd.DataFrame, height: int = 380) -> alt.Chart:
+def waterfall_chart(bars: pd.DataFrame, height: int = 330) -> alt.Chart:
     """A waterfall of :func:`waterfall_bars` rows: one bar a step (blue totals, red decreases, green
     increases) labelled with its USD (above a bar, below a decrease), a grey connector at each level."""
     order = list(bars["label"])

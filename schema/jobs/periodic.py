@@ -168,20 +168,20 @@ def write_out(store, *, quick: bool = False) -> list[str]:
             queries = view_queries(store, (JOBS_DIR / "job_views.sql").read_text())
         text = periodic_query(call, queries)
         if text is not None:
-            texts[name] = (call, text, done, inputs)
+            texts[name] = (call, text, _digest(text), done, inputs)
     written = []
     mark_inputs = f"{key} of {len(texts)}" if key is not None else None
-    for name, (call, text, done, inputs) in texts.items():
-        if _digest(text) == done and inputs == mark_inputs:
+    for name, (call, text, digest, done, inputs) in texts.items():
+        if digest == done and inputs == mark_inputs:
             continue
-        mark = _MARK + call + _DIGEST + _digest(text) + (_INPUTS + mark_inputs if mark_inputs else "")
-        change = f"MODIFY COMMENT {_quoted(mark)}" + ("" if _digest(text) == done else f", MODIFY QUERY {text}")
+        mark = _MARK + call + _DIGEST + digest + (_INPUTS + mark_inputs if mark_inputs else "")
+        change = f"MODIFY COMMENT {_quoted(mark)}" + ("" if digest == done else f", MODIFY QUERY {text}")
         try:
             store.command(f"ALTER TABLE `{name}` {change}", tag="jobs.chain")
         except StoreError as exc:  # the view keeps its query (the same rows); the next migrate tries again
             log.warning("periodic cost chain: could not write out %s's job view: %s", name, exc)
             continue
-        if _digest(text) != done:
+        if digest != done:
             written.append(name)
     if written:
         log.info("periodic cost chain: wrote out the job views of %s", ", ".join(written))

@@ -4,8 +4,8 @@ Run:  PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py            (a
       PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_gateway.py --quick    (about 1.5 minutes)
 
 vllm-router (PyPI ``vllm-router``, the Rust router in a Python launcher) is a benchmark-only
-comparison, not a project dependency: ``.venv/bin/pip install vllm-router``. Without it the router
-rows are skipped.
+comparison, not a runtime dependency: the project's ``bench`` extra, which ``make setup`` installs
+(by hand: ``.venv/bin/pip install -e '.[bench]'``). Without it the router rows are skipped.
 
 Every round runs the three targets — ``direct`` (the load generator round-robins the replicas
 itself), ``gateway`` (``infercost gateway``, spans ON, exported to a local OTLP sink that answers
@@ -189,7 +189,7 @@ def start_passthrough(upstreams: list[str]) -> tuple[subprocess.Popen, str]:
 def start_vllm_router(upstreams: list[str]) -> tuple[subprocess.Popen | None, str | None, str]:
     exe = shutil.which("vllm-router", path=str(Path(PY).parent)) or shutil.which("vllm-router")
     if exe is None:
-        return None, None, "vllm-router is not installed (.venv/bin/pip install vllm-router)"
+        return None, None, "vllm-router is not installed (make setup, or .venv/bin/pip install -e '.[bench]')"
     port, prom = free_port(), free_port()
     args = [exe, "--host", "127.0.0.1", "--port", str(port), "--policy", "round_robin", "--worker-urls", *upstreams,
             "--prometheus-port", str(prom), "--log-level", "error"]

@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     ingest_token: str = Field("", description="If set, the receiver requires 'Authorization: Bearer <token>'.")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Max request body after decompression (OTLP spec: 64 MiB).")
     max_attribute_bytes: int = Field(64 * 1024, ge=256, description="Longer string/bytes attribute values are truncated (reported in partial_success).")
+    keep_content: bool = Field(False, description="Keep prompts and completions that instrumentations put on spans "
+                                                  "(OpenInference input.value, gen_ai.input.messages, ...); removed "
+                                                  "before storing by default, counted in the receiver's metrics.")
     batch_max_rows: int = Field(5000, ge=1, description="Writer flushes at this many rows ...")
     batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
     batch_cap_rows: int = Field(100_000, ge=1, description="Largest single insert of the receiver's writer, rows "

@@ -100,9 +100,9 @@ def ingest_sdk_spans(store, spans) -> int:
     return result.accepted
 
 
-# --- vLLM 0.32 as captured (shared/reference/vllm-0.32-cpu-captured) ------------------------------
+# --- vLLM 0.32 as captured (tests/fixtures/vllm-0.32-cpu-captured) ------------------------------
 
-CAPTURED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-cpu-captured"
+CAPTURED = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32-cpu-captured"
 
 
 def captured_spans() -> dict:

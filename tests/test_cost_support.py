@@ -2,7 +2,7 @@
 
 No tests here; ``tests/test_cost*.py`` import these. Spans are built with typed attribute values in
 the shape serving.sdk, serving.gateway and vLLM 0.32 emit them (docs/telemetry.md;
-shared/reference/vllm-0.32-cpu-captured) and stored through the receiver's ingest path
+tests/fixtures/vllm-0.32-cpu-captured) and stored through the receiver's ingest path
 (``collectors.ingest.ingest_traces``: OTLP protobuf -> otel_traces -> the views); metric points into
 ``otel_metrics_gauge`` / ``otel_metrics_sum`` with the replica in ``service.instance.id``
 (``tests/test_cost_scenarios.py`` scrapes vLLM-format pages with the real scraper instead).
@@ -116,7 +116,7 @@ class Spans:
         """One client attempt with (optionally) its gateway request + attempt and engine request(s),
         each in the shape its real producer emits (docs/telemetry.md):
 
-        * engine: vLLM 0.32's ``llm_request`` (shared/reference/vllm-0.32-cpu-captured): tokens and
+        * engine: vLLM 0.32's ``llm_request`` (tests/fixtures/vllm-0.32-cpu-captured): tokens and
           latencies only — no model, finish reason or cached count; ``choices`` > 1 = one span per
           choice (same parent and request id, full prompt each, ``output`` tokens each);
         * gateway attempt: what serving.gateway records — usage (prompt, cached when the server

@@ -26,6 +26,7 @@ def receiver_config(settings: Settings, **overrides):
 
     values = dict(host=settings.receiver_host, port=settings.receiver_port, ingest_token=settings.ingest_token,
                   max_body_bytes=settings.max_body_bytes, max_attribute_bytes=settings.max_attribute_bytes,
+                  keep_content=settings.keep_content,
                   batch_max_rows=settings.batch_max_rows, batch_cap_rows=settings.batch_cap_rows,
                   batch_cap_bytes=settings.batch_cap_bytes, inserts_in_flight=settings.inserts_in_flight,
                   batch_max_seconds=settings.batch_max_seconds, queue_max_rows=settings.queue_max_rows,

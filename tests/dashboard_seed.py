@@ -127,8 +127,8 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
     out of attempts fails; 2 % of tasks are abandoned by the client.
 
     ``names`` renames what the producers would send: ``{"r3": "…", "chat": "…", "acme": "…", MODEL: "…"}``
-    gives a replica id, task type, tenant or model the text of anyone's choosing (the same draws and
-    figures otherwise; anyone who can send spans sets these strings).
+    gives a replica id, task type, tenant, model or error type another text (the same draws and figures
+    otherwise), e.g. :data:`MARKUP_NAMES`.
     """
     rng = random.Random(seed)
     names = dict(names or {})

@@ -8,8 +8,8 @@
    over it and the alert evaluator is replayed over the incident hours.
 3. Live: the OTLP receiver, 4 emulated replicas (OpenAI API, /metrics, spans), the /metrics
    scraper, the instrumented gateway, the task workload replaying the Azure 2023 conversation
-   trace through the task SDK, the cost jobs (refreshable materialized views), the alert evaluator
-   and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
+   trace through the task SDK, the cost jobs (refreshable materialized views, and the late-data
+   recompute every minute: the schedule ``infercost up`` runs), the alert evaluator and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
 4. Ctrl-C, SIGTERM or ``--duration`` stops everything cleanly and prints a summary. Tasks cut off by
    the stop end with no outcome (``error.type`` = ``shutdown``): not failures, not waste.
 
@@ -309,7 +309,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     load = LoadThread(plans, f"{gateway.url}/v1", _retry_policy(options.client_timeout_s),
                       make_tracer_provider("infercost-demo-client", otlp_endpoint=otlp)).start()
     service.extra.append(load)
-    jobs.start(store)
+    service.start_jobs()  # the schedule `infercost up` runs: the chain and the late-data recompute
     service.start_alerts(config=alert_config())
     api = service.start_api()
     dashboard = serve(store, settings.dashboard_host, settings.dashboard_port, block=False,

@@ -8,8 +8,8 @@
    over it and the alert evaluator is replayed over the incident hours.
 3. Live: the OTLP receiver, 4 emulated replicas (OpenAI API, /metrics, spans), the /metrics
    scraper, the instrumented gateway, the task workload replaying the Azure 2023 conversation
-   trace through the task SDK, the cost jobs (refreshable materialized views, and the late-data
-   recompute every minute: the schedule ``infercost up`` runs), the alert evaluator and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
+   trace through the task SDK, the cost jobs (refreshable materialized views), the alert evaluator
+   and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
 4. Ctrl-C, SIGTERM or ``--duration`` stops everything cleanly and prints a summary. Tasks cut off by
    the stop end with no outcome (``error.type`` = ``shutdown``): not failures, not waste.
 

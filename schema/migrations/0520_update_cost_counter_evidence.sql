@@ -1,5 +1,6 @@
--- Cost evidence, round 3 (shared/DESIGN.md "Cost model" item 2; schema/jobs/README.md states the
--- rules as implemented). Three job views replaced, the resolved calls gain one column:
+-- What the engine counters say and which calls their unexplained work may be charged to
+-- (shared/DESIGN.md "Cost model" item 2; schema/jobs/README.md states the rules as implemented).
+-- Three job views replaced, the resolved calls gain one column:
 --   * job_resolved_calls: reached_engine (1 = an engine span, or a gateway attempt that was not
 --     rejected and got an answer: an upstream status, a chunk, tokens or the prompt's usage); and
 --     cached tokens no span reported estimated from the counters NET of the hits spans reported in

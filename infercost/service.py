@@ -93,11 +93,16 @@ class Service:
         return scheduler
 
     def start_jobs(self):
+        """The cost jobs' schedule, one for ``infercost up`` and ``infercost demo``: the periodic chain
+        (refreshable materialized views, every minute) and, on a background thread, the recompute of
+        minutes whose data arrived after the live window plus the hourly rollups
+        (:class:`schema.jobs.LateRecompute`, every minute; stopped with the service). Returns it."""
         from schema import jobs
 
         jobs.start(self.store)
-        # minutes whose data arrived after the live window are recomputed in the background
-        self.extra.append(jobs.LateRecompute(self.store, retention_days=self.settings.retention_days).start())
+        late = jobs.LateRecompute(self.store, retention_days=self.settings.retention_days).start()
+        self.extra.append(late)
+        return late
 
     def start_alerts(self, notifiers=None, config=None):
         from alerts.service import AlertService

@@ -138,6 +138,23 @@ def test_cached_estimate_shares_the_unreported_hits_among_the_calls_without_a_co
     assert minutes(cstore, "cached_tokens").iloc[0]["cached_tokens"] == 2600
 
 
+def test_a_call_in_a_minute_without_counters_takes_the_windows_unreported_hits(cstore):
+    sync(cstore, fleet_yaml(**FLEET))
+    # Scrapes at 0:45 (nothing yet) and 1:45: prompt 4000, cached 2000 in minute 1, minute 0 has no rate.
+    counters(cstore, [(45, dict(prompt=0, generation=0, cached=0)), (105, dict(prompt=4000, generation=350, cached=2000))])
+    sp = Spans()
+    # M starts in minute 0 (no rate there: the window's is used), S in minute 1 and reports 2000 of its 3000
+    m = sp.call(task_id=None, start=55, end=75, prompt=1000, output=150)
+    sp.call(task_id=None, start=62, end=80, prompt=3000, cached=2000, output=200)
+    sp.flush(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(120))
+    # over the window: 0.5 x 4000 = 2000 hits, all reported by S: none left for M (the window's
+    # rate alone would have given it 500)
+    row = one(cstore.query_df("SELECT sum(cached_tokens) AS cached, sum(work) AS work FROM call_costs "
+                              "WHERE call_id = {c:String}", {"c": m.engine}, tag="test"))
+    assert row["cached"] == 0 and row["work"] == pytest.approx(400, **EXACT)
+
+
 # --- 3. a restarted counter series covers only its own lifetime -----------------------------------
 
 def test_a_restarted_series_is_not_read_back_to_before_the_restart(cstore):

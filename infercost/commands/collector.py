@@ -94,6 +94,7 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
     accepting and drains what is queued into the store; anything not yet stored stays in the
     on-disk spool and is replayed on the next start.
     """
+    from infercost.service import check_ingest
     from schema.migrate import migrate
     from schema.redact import redact
     from schema.store import LazyStore, StoreError
@@ -102,6 +103,8 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
     targets = [parse_scrape(s) for s in scrapes]
     try:
         settings = load_settings(clickhouse_url=clickhouse_url)
+        config = receiver_config(settings, host=host, port=port)
+        check_ingest(config.host, settings)
         store = LazyStore(settings.store_url, settings.database,
                           on_connect=lambda s: migrate(s, settings.retention_days))
         try:
@@ -109,7 +112,6 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
         except StoreError as exc:
             click.echo(f"warning: store unavailable at start ({exc.reason or 'unknown'}): {exc}; accepting into "
                        f"the spool at {settings.spool_dir} and retrying every {store.retry_s:g} s", err=True)
-        config = receiver_config(settings, host=host, port=port)
         receiver, scraper = start_collector(store, config, targets, scrape_interval,
                                             min_free_disk_bytes=settings.min_free_disk_bytes)
     except (StoreError, ValueError, RuntimeError, OSError) as exc:  # pydantic errors are ValueErrors

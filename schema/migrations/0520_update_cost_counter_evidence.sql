@@ -1,5 +1,6 @@
--- Cost evidence, round 3 (shared/DESIGN.md "Cost model" item 2; schema/jobs/README.md states the
--- rules as implemented). Three job views replaced, the resolved calls gain one column:
+-- What the engine counters say and which calls their unexplained work may be charged to
+-- (shared/DESIGN.md "Cost model" item 2; schema/jobs/README.md states the rules as implemented).
+-- Three job views replaced, the resolved calls gain one column:
 --   * job_resolved_calls: reached_engine (1 = an engine span, or a gateway attempt that was not
 --     rejected and got an answer: an upstream status, a chunk, tokens or the prompt's usage); and
 --     cached tokens no span reported estimated from the counters NET of the hits spans reported in
@@ -143,15 +144,52 @@ WITH
     (SELECT argMax(w_decode, synced_at) FROM cost_settings) AS w_decode,
     (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
     ws - toIntervalSecond(max_call_s + 60) AS lo,
-    -- prefix-cache hit rates from the engine counters: per replica-minute, and over the window
+    -- prefix-cache hit rates from the engine counters, per replica-minute
     hits AS (SELECT replica AS h_replica, minute AS h_minute, hit_rate AS h_rate, prompt_increase AS h_prompt
              FROM job_engine_counters(ws = {ws:DateTime}, we = {we:DateTime}) WHERE hit_rate IS NOT NULL),
-    -- per replica: its minutes' rates and prompt tokens (looked up by minute below) and the same over
-    -- the window, so the counters are expanded once
-    replica_hits AS (SELECT h_replica AS wh_replica, groupArray(h_minute) AS wh_minutes, groupArray(h_rate) AS wh_rates,
-                            groupArray(h_prompt) AS wh_prompts, sum(h_rate * h_prompt) AS wh_hit_tokens,
-                            sum(h_prompt) AS wh_prompt_tokens, wh_hit_tokens / nullIf(wh_prompt_tokens, 0) AS wh_rate
-                     FROM hits GROUP BY h_replica),
+    -- The cached prompt tokens the spans reported, and the prompt tokens of the calls that reported
+    -- them, per replica and minute (the call's start minute): one count per call (the rows of a call
+    -- share its key; the engine row's count first, else its gateway attempt's, as resolution takes it).
+    -- A narrow read of the rows that carry a count, not a second pass over the calls.
+    reports AS (
+        SELECT rp_replica, rp_minute, sum(rp_prompt) AS rp_prompt, sum(rp_cached) AS rp_cached
+        FROM (SELECT argMax(tuple(replica, toStartOfMinute(start_time), ifNull(prompt_tokens, 0), cached_tokens),
+                            call_source = 'engine') AS rp,
+                     rp.1 AS rp_replica, rp.2 AS rp_minute, toUInt64(rp.3) AS rp_prompt,
+                     toUInt64(least(assumeNotNull(rp.4), rp.3)) AS rp_cached
+              FROM llm_calls
+              WHERE start_time >= lo AND start_time < we AND cached_tokens IS NOT NULL AND replica != ''
+                AND call_source IN ('engine', 'gateway')
+              GROUP BY cityHash64(trace_id, if(call_source = 'engine' AND parent_span_id != '', parent_span_id, span_id)))
+        GROUP BY rp_replica, rp_minute
+    ),
+    -- Per replica-minute: the counters' rate and prompt tokens (minutes with a rate), what the spans
+    -- reported, and the replica's sums over the window; plus one row per replica before any call's
+    -- minute with the window's sums alone (each counter row also yields it; grouping merges them), so
+    -- that the ASOF join below finds a row for every call on a replica with a rate. Scalars per call,
+    -- the counters and reports each read once.
+    evidence AS (
+        SELECT ev_replica, ev_minute, ev_rate, ev_prompt, ev_rep_prompt, ev_rep_cached,
+               sumIf(ev_rate * ev_prompt, ev_has_rate) OVER w AS ev_w_hits,
+               sumIf(ev_prompt, ev_has_rate) OVER w AS ev_w_prompt,
+               ev_w_hits / nullIf(ev_w_prompt, 0) AS ev_w_rate,
+               sumIf(ev_rep_prompt, ev_minute >= ws) OVER w AS ev_w_rep_prompt,
+               sumIf(ev_rep_cached, ev_minute >= ws) OVER w AS ev_w_rep_cached,
+               ev_has_rate, ev_first
+        FROM (SELECT e_replica AS ev_replica, e_minute AS ev_minute, anyIf(e_rate, e_kind = 1) AS ev_rate,
+                     sumIf(e_prompt, e_kind = 1) AS ev_prompt, sumIf(e_rep_prompt, e_kind = 2) AS ev_rep_prompt,
+                     sumIf(e_rep_cached, e_kind = 2) AS ev_rep_cached, countIf(e_kind = 1) > 0 AS ev_has_rate,
+                     countIf(e_kind = 0) > 0 AS ev_first
+              FROM (SELECT h_replica AS e_replica, arrayJoin([(h_minute, 1), (toStartOfMinute(lo) - INTERVAL 1 MINUTE, 0)]) AS e,
+                           e.1 AS e_minute, e.2 AS e_kind, h_rate AS e_rate, h_prompt AS e_prompt,
+                           toUInt64(0) AS e_rep_prompt, toUInt64(0) AS e_rep_cached
+                    FROM hits
+                    UNION ALL
+                    SELECT rp_replica, (rp_minute, 2), rp_minute, 2, NULL, 0, rp_prompt, rp_cached FROM reports)
+              GROUP BY ev_replica, ev_minute)
+        WINDOW w AS (PARTITION BY ev_replica)
+        QUALIFY ev_has_rate OR ev_first
+    ),
     gw_requests AS (
         SELECT trace_id, span_id, parent_span_id FROM gateway_requests WHERE start_time >= lo AND start_time < we
     ),
@@ -216,7 +254,10 @@ WITH
             coalesce(e_ttft, g.7, c.6) AS evidence_ttft,
             multiIf(cv.cv_ttft IS NOT NULL, cv.cv_ttft, c.6 IS NOT NULL, c.6, g.7 IS NOT NULL, g.7, e_ttft) AS user_ttft,
             multiIf(cv.cv_ttft IS NOT NULL OR c.6 IS NOT NULL, 'client', g.7 IS NOT NULL, 'gateway',
-                    e_ttft IS NOT NULL, 'engine', '') AS user_ttft_src
+                    e_ttft IS NOT NULL, 'engine', '') AS user_ttft_src,
+            multiIf(source = 'engine', e_replica, source = 'gateway', g.2, '') AS replica_,
+            toUInt32(ifNull(prompt_n, 0)) AS prompt_,
+            toStartOfMinute(t_start) AS start_minute
         FROM units AS u
         LEFT JOIN covered AS cv ON cv.cv_trace_id = u.u_trace_id AND cv.cv_request = u.g_parent
     ),
@@ -227,37 +268,23 @@ WITH
     -- = (the counters' cached tokens - those reported) / (their prompt tokens - those of the reporting
     -- calls), floored at 0, at most 1; where nothing was reported, the counters' rate as it is. A minute
     -- without counters, or whose counted prompt tokens were all reported, takes the same over the window.
-    reported AS (
-        SELECT r.*,
-               multiIf(r.source = 'engine', r.e_replica, r.source = 'gateway', tupleElement(r.g, 2), '') AS replica_,
-               toUInt32(ifNull(r.prompt_n, 0)) AS prompt_,
-               toStartOfMinute(r.t_start) AS start_minute,
-               sumIf(prompt_, r.cached_n IS NOT NULL) OVER (PARTITION BY replica_, start_minute) AS rep_prompt_m,
-               sumIf(least(ifNull(r.cached_n, 0), prompt_), r.cached_n IS NOT NULL)
-                   OVER (PARTITION BY replica_, start_minute) AS rep_cached_m,
-               sumIf(prompt_, r.cached_n IS NOT NULL AND r.t_start >= ws) OVER (PARTITION BY replica_) AS rep_prompt_w,
-               sumIf(least(ifNull(r.cached_n, 0), prompt_), r.cached_n IS NOT NULL AND r.t_start >= ws)
-                   OVER (PARTITION BY replica_) AS rep_cached_w
-        FROM resolved AS r
-    ),
     estimated AS (
-        SELECT r.*,
-               indexOf(wh.wh_minutes, r.start_minute) AS minute_hits,
-               if(r.rep_prompt_w = 0 AND r.rep_cached_w = 0, wh.wh_rate,
-                  if(wh.wh_prompt_tokens > r.rep_prompt_w,
-                     least(greatest(wh.wh_hit_tokens - r.rep_cached_w, 0) / (wh.wh_prompt_tokens - r.rep_prompt_w), 1),
+        SELECT k.*,
+               ev.ev_minute = k.start_minute AS minute_hits,
+               if(ev.ev_w_rep_prompt = 0 AND ev.ev_w_rep_cached = 0, ev.ev_w_rate,
+                  if(ev.ev_w_prompt > ev.ev_w_rep_prompt,
+                     least(greatest(ev.ev_w_hits - ev.ev_w_rep_cached, 0) / (ev.ev_w_prompt - ev.ev_w_rep_prompt), 1),
                      NULL)) AS window_rate,
-               if(minute_hits = 0, window_rate,
-                  if(r.rep_prompt_m = 0 AND r.rep_cached_m = 0, wh.wh_rates[minute_hits],
-                     if(wh.wh_prompts[minute_hits] > r.rep_prompt_m,
-                        least(greatest(wh.wh_rates[minute_hits] * wh.wh_prompts[minute_hits] - r.rep_cached_m, 0)
-                              / (wh.wh_prompts[minute_hits] - r.rep_prompt_m), 1),
+               if(NOT minute_hits, window_rate,
+                  if(ev.ev_rep_prompt = 0 AND ev.ev_rep_cached = 0, ev.ev_rate,
+                     if(ev.ev_prompt > ev.ev_rep_prompt,
+                        least(greatest(ev.ev_rate * ev.ev_prompt - ev.ev_rep_cached, 0) / (ev.ev_prompt - ev.ev_rep_prompt), 1),
                         window_rate))) AS est_rate,
-               multiIf(r.cached_n IS NOT NULL, 'span', est_rate IS NOT NULL AND r.prompt_ > 0, 'estimate', '') AS cached_src,
-               toUInt32(least(multiIf(cached_src = 'span', r.cached_n, cached_src = 'estimate', round(r.prompt_ * est_rate), 0),
-                              r.prompt_)) AS cached_
-        FROM reported AS r
-        LEFT JOIN replica_hits AS wh ON wh.wh_replica = r.replica_
+               multiIf(k.cached_n IS NOT NULL, 'span', est_rate IS NOT NULL AND k.prompt_ > 0, 'estimate', '') AS cached_src,
+               toUInt32(least(multiIf(cached_src = 'span', k.cached_n, cached_src = 'estimate', round(k.prompt_ * est_rate), 0),
+                              k.prompt_)) AS cached_
+        FROM resolved AS k
+        ASOF LEFT JOIN evidence AS ev ON ev.ev_replica = k.replica_ AND k.start_minute >= ev.ev_minute
     )
 SELECT
     multiIf(source = 'engine', e_id, source = 'gateway', g.1, c.1) AS call_id,

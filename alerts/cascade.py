@@ -109,35 +109,47 @@ def _bad_share(fs: FleetSeries, name: str, kind: str, buckets: range) -> tuple[f
 
 
 def stands_out(fs: FleetSeries, name: str, kind: str, onset: int, c: CascadeConfig) -> dict[str, Any]:
-    """Does ``name``'s share of ``kind`` attempts (errors | abandoned) from ``onset`` on stand out against
-    its peers' (:func:`comparison_peers`) over the same buckets? An overloaded fleet times out on every
-    replica alike: that is queue growth and saturation, not one replica's fault (issue 41). It stands out
-    when its bad share is >= ``failure_ratio`` x the peers' median (and ``failure_delta`` above it), or
-    their good share is >= ``failure_ratio`` x its own (a replica answering 5% while an already overloaded
-    fleet answers 60%). Peers with fewer than 5 attempts in those buckets are left out; with none left it
-    stands out by default (nothing to compare with, as before)."""
-    after = range(max(0, onset - c.min_after + 1), onset + 1)
-    bad, attempts = _bad_share(fs, name, kind, after)
-    own = bad / attempts if attempts else 0.0
-    peers = []
-    for o in comparison_peers(fs, name):
-        b, a = _bad_share(fs, o, kind, after)
-        if a >= 5:
-            peers.append(b / a)
-    if not peers:
-        return {"stands_out": True, "own_rate": _r(own), "peers_rate": None}
-    ref = median(peers)
-    worse = own >= c.failure_ratio * ref and own - ref >= c.failure_delta
-    answers_less = (1 - ref) >= c.failure_ratio * max(1 - own, 0.0) and own - ref >= c.failure_delta
-    return {"stands_out": worse or answers_less, "own_rate": _r(own), "peers_rate": _r(ref)}
+    """Does ``name``'s share of ``kind`` attempts (errors | abandoned) stand out against its peers'
+    (:func:`comparison_peers`) in some bucket from ``onset`` on (the ``min_after`` buckets of its step)?
+    An overloaded fleet times out on every replica alike: that is queue growth and saturation, not one
+    replica's fault (issue 41). In a bucket it stands out when its bad share is >= ``failure_ratio`` x
+    the peers' median (and ``failure_delta`` above it), or their good share is >= ``failure_ratio`` x its
+    own (a replica answering 1% while a fleet its retries overloaded within the minute answers 43%).
+    Bucket by bucket, not pooled: near capacity the culprit's retries overload its peers a minute later.
+    Peers with fewer than 5 attempts in a bucket are left out; a bucket without any stands out by default
+    (nothing to compare with, as before). Returns the figures of the bucket where it stands out most."""
+    best: dict[str, Any] | None = None
+    for b in range(max(0, onset - c.min_after + 1), onset + 1):
+        bad, attempts = _bad_share(fs, name, kind, range(b, b + 1))
+        if attempts < 5:
+            continue
+        own = bad / attempts
+        peers = [pb / pa for o in comparison_peers(fs, name)
+                 for pb, pa in [_bad_share(fs, o, kind, range(b, b + 1))] if pa >= 5]
+        if not peers:
+            found = {"stands_out": True, "own_rate": _r(own), "peers_rate": None, "bucket": b, "margin": own}
+        else:
+            ref = median(peers)
+            worse = own >= c.failure_ratio * ref and own - ref >= c.failure_delta
+            answers_less = (1 - ref) >= c.failure_ratio * max(1 - own, 0.0) and own - ref >= c.failure_delta
+            found = {"stands_out": worse or answers_less, "own_rate": _r(own), "peers_rate": _r(ref), "bucket": b,
+                     "margin": own - ref}
+        if best is None or (found["stands_out"], found["margin"]) > (best["stands_out"], best["margin"]):
+            best = found
+    if best is None:
+        return {"stands_out": True, "own_rate": None, "peers_rate": None, "bucket": None}
+    best.pop("margin")
+    return best
 
 
-def _bucket_speed(fs: FleetSeries, name: str, b: int) -> float | None:
-    """``name``'s speed ratio in bucket ``b`` from any call of its own (``FleetSeries.thin_ratios``), else,
-    when it has no reference that way (a replica judged on its own baseline before it has one), its
-    per-token latencies over the median of its GPU type's other replicas' in that bucket (the smaller of
-    decode and prefill, as the speed ratio); None without either."""
-    ratio = fs.thin_ratios[name][b]
+def _bucket_speed(fs: FleetSeries, name: str, b: int, min_samples: int = 5) -> float | None:
+    """``name``'s speed ratio in bucket ``b`` (``FleetSeries.ratios``: from at least ``min_samples`` calls of
+    its own), else, when it has no reference that way (a replica judged on its own baseline before it has
+    one), its per-token latencies over the median of its GPU type's other replicas' in that bucket (the
+    smaller of decode and prefill, as the speed ratio; ``min_samples`` calls each); None without either.
+    A few calls are no figure: those a slowed replica still finishes in its first minute mostly ran
+    before it slowed."""
+    ratio = fs.ratios[name][b]
     if ratio is not None:
         return ratio
     rep = fs.replicas[name]
@@ -146,8 +158,8 @@ def _bucket_speed(fs: FleetSeries, name: str, b: int) -> float | None:
     for metric, samples in METRICS:
         mine = rep.get(metric, b)
         ref = [fs.replicas[o].get(metric, b) for o in same
-               if (fs.replicas[o].get(samples, b) or 0) >= 1 and fs.replicas[o].get(metric, b)]
-        if mine and (rep.get(samples, b) or 0) >= 1 and ref and median(ref) > 0:
+               if (fs.replicas[o].get(samples, b) or 0) >= min_samples and fs.replicas[o].get(metric, b)]
+        if mine and (rep.get(samples, b) or 0) >= min_samples and ref and median(ref) > 0:
             parts.append(mine / median(ref))
     return min(parts) if parts else None
 

@@ -61,17 +61,17 @@ def test_an_overloaded_fleet_without_a_slower_replica_is_no_cascade():
     fs = _fleet()
     for name in FLEET:
         assert cascade.candidate(fs, name, c, N - 1) is None
-    # r3 against r4 over the onset buckets 9 and 8: 180 given up on of 260 each -> 69% alike
+    # r3 against r4 in the onset buckets 9 and 8: 90 given up on of 130 each -> 69% alike
     assert cascade.comparison_peers(fs, "r3") == ["r4"] and cascade.comparison_peers(fs, "r1") == ["r0", "r2"]
     assert cascade.stands_out(fs, "r3", "abandoned", 9, c) == {"stands_out": False, "own_rate": 0.692,
-                                                               "peers_rate": 0.692}
+                                                               "peers_rate": 0.692, "bucket": 8}
     assert cascade.find_chain(fs, Lifecycle(180), AlertConfig()) is None
     # r4 tips over two minutes after r3: in r3's onset buckets (9, 8) r4 answered everything, so r3
     # stands out by its share; but its speed on its own work is known and its type's (0.02 s/token, its
     # own baseline): queueing, not slowness -> still no candidate
     late = _fleet(r4_late=2)
     assert cascade.stands_out(late, "r3", "abandoned", 9, c) == {"stands_out": True, "own_rate": 0.692,
-                                                                 "peers_rate": 0.0}
+                                                                 "peers_rate": 0.0, "bucket": 8}
     assert cascade._speed_normal(late, "r3", 9, c) is True
     assert cascade.candidate(late, "r3", c, N - 1) is None
     assert cascade.find_chain(late, Lifecycle(180), AlertConfig()) is None

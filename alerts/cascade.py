@@ -184,7 +184,7 @@ def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> d
     Speed and abandonment also rise when a replica is merely overloaded, so they count only when its
     own attempts (its load) rose less than ``load_rise`` x the fleet's rise at the onset (a replica
     slowed or failing as more work was routed to it alone is a victim of that load, not a cause).
-    Errors and abandonment count only when they stand out against its peers' over the same buckets
+    Errors and abandonment count only when they stand out against its peers' in a bucket of their step
     (:func:`stands_out`: a fleet timing out everywhere is overloaded, issue 41), and abandonment only
     when its speed is not known to be normal then (:func:`_speed_normal`: timeouts at normal speed are
     queueing)."""

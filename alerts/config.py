@@ -207,7 +207,7 @@ class CascadeConfig:
       than ``load_rise`` x (failures that its own load does not explain), with the onset no later than
       ``tolerance_s`` after the retries' and no earlier than ``within_s`` before. Failed and abandoned
       attempts count only when they stand out against the replica's peers (its GPU type's other
-      replicas, else the fleet) over the same buckets: ``failure_ratio`` x their share and
+      replicas, else the fleet) in a bucket of the step: ``failure_ratio`` x their share and
       ``failure_delta`` above it, or their answered share ``failure_ratio`` x its own; abandoned ones
       only when its speed on its own work is not known to be normal then (issue 41: an overloaded fleet
       times out everywhere, its blind-routed A100s first, and none of them is slower than its peers:

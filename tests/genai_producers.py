@@ -115,3 +115,36 @@ def _call(response_id: str, usage) -> ClientCall:
     details = getattr(usage, "prompt_tokens_details", None)
     cached = (getattr(details, "cached_tokens", None) or 0) if details is not None else 0
     return ClientCall(response_id, usage.prompt_tokens, cached, usage.completion_tokens)
+
+
+def run_in_subprocess(kind: str, otlp_endpoint: str, base_url: str, outcomes: list[bool], **kwargs) -> list[Run]:
+    """:func:`agent_runs` in a process of its own: the instrumentations patch the ``openai`` and
+    ``httpx`` modules process-wide and do not all restore them, so they must not touch the test's
+    process (the task SDK's traceparent would then come from their spans)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    args = json.dumps({"kind": kind, "otlp": otlp_endpoint, "base_url": base_url, "outcomes": outcomes,
+                       "kwargs": kwargs})
+    out = subprocess.run([sys.executable, "-m", "tests.genai_producers", args], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"producer {kind} failed: {out.stderr[-3000:]}")
+    return [Run(r["trace_id"], r["root_span_id"], r["ok"], [ClientCall(**c) for c in r["calls"]])
+            for r in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+if __name__ == "__main__":
+    import dataclasses
+    import json
+    import sys
+
+    from serving.sdk import make_tracer_provider
+
+    spec = json.loads(sys.argv[1])
+    provider = make_tracer_provider("agent-app", otlp_endpoint=spec["otlp"], schedule_delay_ms=50)
+    done = agent_runs(spec["kind"], provider, spec["base_url"], spec["outcomes"], **spec["kwargs"])
+    provider.shutdown()  # exports every span before the process ends
+    print(json.dumps([dataclasses.asdict(r) for r in done]))

@@ -15,7 +15,7 @@ import pytest
 
 from schema.jobs import run_jobs
 from serving.emulator import live
-from tests.genai_producers import agent_runs
+from tests.genai_producers import run_in_subprocess
 from tests.producers import Rig
 from tests.test_cost_support import fleet_yaml, sync
 
@@ -37,7 +37,7 @@ def _drive(rig, kind: str, outcomes: list[bool], **kwargs):
     start = datetime.now(timezone.utc)
     fleet = live.start_replicas(1, ids=["r1"], otlp_endpoint=rig.receiver.url)
     try:
-        runs = agent_runs(kind, rig.provider("agent-app"), fleet[0].url, outcomes, **kwargs)
+        runs = run_in_subprocess(kind, rig.receiver.url, fleet[0].url, outcomes, **kwargs)
     finally:
         fleet.stop()  # exports the engine spans
     rig.flush()

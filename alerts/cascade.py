@@ -112,7 +112,7 @@ def stands_out(fs: FleetSeries, name: str, kind: str, onset: int, c: CascadeConf
     """Does ``name``'s share of ``kind`` attempts (errors | abandoned) stand out against its peers'
     (:func:`comparison_peers`) in some bucket from ``onset`` on (the ``min_after`` buckets of its step)?
     An overloaded fleet times out on every replica alike: that is queue growth and saturation, not one
-    replica's fault (issue 41). In a bucket it stands out when its bad share is >= ``failure_ratio`` x
+    replica's fault. In a bucket it stands out when its bad share is >= ``failure_ratio`` x
     the peers' median (and ``failure_delta`` above it), or their good share is >= ``failure_ratio`` x its
     own (a replica answering 1% while a fleet its retries overloaded within the minute answers 43%).
     Bucket by bucket, not pooled: near capacity the culprit's retries overload its peers a minute later.
@@ -185,7 +185,7 @@ def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> d
     own attempts (its load) rose less than ``load_rise`` x the fleet's rise at the onset (a replica
     slowed or failing as more work was routed to it alone is a victim of that load, not a cause).
     Errors and abandonment count only when they stand out against its peers' in a bucket of their step
-    (:func:`stands_out`: a fleet timing out everywhere is overloaded, issue 41), and abandonment only
+    (:func:`stands_out`: a fleet timing out everywhere is overloaded), and abandonment only
     when its speed is not known to be normal then (:func:`_speed_normal`: timeouts at normal speed are
     queueing)."""
     rep = fs.replicas[name]
@@ -376,7 +376,7 @@ def cascade_signal(fs: FleetSeries | None, lifecycle: Lifecycle, now: datetime, 
 
 def renamed_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig, named: str) -> dict[str, Any] | None:
     """The chain of another culprit when an open cascade's evidence now points away from ``named``, else
-    None (issue 41: a cascade opened on a healthy replica kept naming it after the real culprit slowed).
+    None (a cascade opened on a healthy replica kept naming it after the real culprit slowed).
 
     ``named`` keeps the cascade while it has evidence: still a culprit candidate on the current series
     (:func:`candidate`: its trigger is in the window and still stands out against its peers), its speed

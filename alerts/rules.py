@@ -125,7 +125,7 @@ def queue_from_series(fs: FleetSeries, cfg: QueueConfig) -> Signal:
     newest_w, newest_p = w[0] or 0.0, p[0] or 0.0
     # the operator's absolute floor: no queue growth with fewer than ``min_waiting`` requests waiting in
     # the fleet, whichever signal rose (a queue-time p95 rising over 0.5 requests waiting is a few long
-    # prompts queued behind each other, issue 41); without the waiting gauge queue time is judged alone
+    # prompts queued behind each other); without the waiting gauge queue time is judged alone
     below_floor = w[0] is not None and newest_w < cfg.min_waiting
     rising_p = rising_p and not below_floor
     figures = {

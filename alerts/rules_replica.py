@@ -83,7 +83,7 @@ def _abandon_jump(fs: FleetSeries, name: str, window: range, cfg: DegradationCon
     """Figures when clients give up on ``name`` far more than on its peers at no more load
     (DegradationConfig: unanswered work), else None. Its peers: the replicas of its GPU type when it has
     any with ``min_attempts`` (a blind-routed A100 times out before the H100s in an overloaded fleet, by
-    design: issue 41), else every other replica."""
+    design), else every other replica."""
     rep = fs.replicas[name]
     rate, answered, attempts = unanswered(rep, window)
     every = {o: unanswered(r, window) for o, r in fs.replicas.items() if o != name}

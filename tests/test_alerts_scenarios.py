@@ -147,7 +147,7 @@ def test_overloaded_fleet_is_no_cascade_and_the_replica_that_slows_is_named(stor
 
 
 def test_healthy_fleet_whose_queue_wobbles_raises_nothing(store):
-    """Issue 41 item 8: the generator's ``healthy-0`` (3 H100 at --max-num-seqs 4 replaying Mooncake's
+    """the generator's ``healthy-0`` (3 H100 at --max-num-seqs 4 replaying Mooncake's
     bursty first minutes at 17% of their capacity), cut to 20 minutes: its worst replica's queue-time
     p95 rises to 4.8-5.5 s over minutes 8-10 while at most half a request waits; the previous rule fired
     queue growth at minute 10.5 (evaluated every 30 s). Below the 4-request floor: nothing fires."""

@@ -1,4 +1,4 @@
-"""The product and its tests read nothing outside the repository: a clone has no ``../shared``.
+"""The product and its tests read nothing outside the repository: a clone has no shared folder beside it.
 
 `.ci/bare-clone` runs the demo and the workload tests from such a copy; this guard names the line
 that reaches out, before that run fails on a missing file.
@@ -12,7 +12,8 @@ from pathlib import Path
 from serving.workloads import default_data_dir, load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
-OUTSIDE = re.compile(r"""\.\./shared\b|parents\[\d\]\s*/\s*["']shared["']|\.parent\s*/\s*["']shared["']""")
+SHARED = "shared"  # the folder beside the repository that only the build environment has
+OUTSIDE = re.compile(r"\.\./" + SHARED + r"""\b|parents\[\d\]\s*/\s*["']""" + SHARED + r"""["']|\.parent\s*/\s*["']""" + SHARED + """["']""")
 
 
 def test_no_source_file_builds_a_path_outside_the_repository():

@@ -276,7 +276,7 @@ def draw(family: str, i: int, seed: int) -> Scenario:
                                  expect=(Expect(DEGRADATION, victim, at),), allow=_allow((RETRY, SLO)),
                                  note=f"{victim} {factor}x slower on and off for 12 min"))
     if family == "overload_slow":
-        # Issue 41 item 7: 3 H100 + 2 A100 behind blind routing at a load that keeps tens of requests
+        # 3 H100 + 2 A100 behind blind routing at a load that keeps tens of requests
         # waiting before any fault (20-180 on the tuning runs, the A100s' queues full, clients timing
         # out after 10 s and retrying: 3 attempts), then one H100 5x slower from minute 12. The overload
         # is queue growth, saturation and retries (allowed from the start), never a cascade: no replica
@@ -297,7 +297,7 @@ def draw(family: str, i: int, seed: int) -> Scenario:
                                  allow=tuple((r, "*", 0.0) for r in SYMPTOMS) + ((CASCADE, victim, at),),
                                  note=f"overloaded before any fault, then {victim} 5x slower"))
     if family == "queue_wobble":
-        # Issue 41 item 8: a healthy fleet whose queue wobbles (under a request or two waiting now and
+        # a healthy fleet whose queue wobbles (under a request or two waiting now and
         # then, the worst replica's queue-time p95 rising to seconds as bursts of Mooncake's 7k-85k-token
         # prompts queue behind each other at --max-num-seqs 4; the trace's first minutes are its
         # burstiest for that): nothing to alert on.

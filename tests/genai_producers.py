@@ -5,15 +5,19 @@ No infercost code in the client: the ``openai`` client, instrumented by
 * the official OpenTelemetry GenAI instrumentation (``opentelemetry-instrumentation-openai-v2``, plus
   ``opentelemetry-instrumentation-httpx``), under the application's own ``invoke_agent {name}`` span;
 * OpenLLMetry (``opentelemetry-instrumentation-openai``), under a Traceloop workflow span;
+* the OpenAI Agents SDK (``openai-agents``, chat completions model) instrumented by OpenInference
+  (``openinference-instrumentation-openai-agents``): its own "Agent workflow" root and LLM spans;
 
 exporting over OTLP/HTTP to the receiver of a :class:`tests.producers.Rig`. Today's ``openai`` client
 (3.x, on ``httpx2``) sends no ``traceparent``, so vLLM's ``llm_request`` spans are roots of their own
-traces: only ``gen_ai.response.id`` ties a client call to the engine request it caused.
+traces: ``gen_ai.response.id`` ties a client call to the engine request it caused, and where the client
+records none (OpenInference's LLM spans), the token counts, model and time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import openai
@@ -73,31 +77,130 @@ def _root_attributes(kind: str, name: str) -> tuple[str, dict]:
                                 "traceloop.entity.name": name}
 
 
-def agent_runs(kind: str, provider, base_url: str, outcomes: list[bool], calls_per_run: int = 3,
+def agent_runs(kind: str, provider, base_url: str, outcomes: list, calls_per_run: int = 3,
                name: str = "research_assistant", stream: bool = True, max_tokens: int = 8) -> list[Run]:
-    """One root span per entry of ``outcomes`` with ``calls_per_run`` chat completions under it; a
-    False outcome ends the run with status Error and ``error.type`` after its calls (the agent
-    could not use the answers), as an agent framework records a failed run."""
+    """One root span per entry of ``outcomes`` with its chat completions under it. An entry is True
+    (``calls_per_run`` calls, the run succeeds), False (the same calls, then the run ends with status
+    Error and ``error.type``: the agent could not use the answers, as an agent framework records a
+    failed run), or one of the scripted runs:
+
+    * ``"retry"``: the replica answers the first call with HTTP 500 once; the openai client retries it;
+    * ``"cut"``: the replica crashes while streaming the second call; the application catches the error
+      and ends the run without a result, its root span Ok;
+    * ``"parallel"``: two calls at once (threads sharing the run's context), then one more.
+    """
+    if kind == "openai-agents":
+        return _agents_runs(provider, base_url, outcomes, name)
     tracer = provider.get_tracer("agent-app")
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=2)
     runs = []
     with instrumented(kind, provider):
-        for i, ok in enumerate(outcomes):
+        for i, script in enumerate(outcomes):
             span_name, attributes = _root_attributes(kind, name)
             with tracer.start_as_current_span(span_name, attributes=attributes | {"gen_ai.conversation.id": f"c{i}"},
                                               record_exception=False, set_status_on_exception=False) as root:
                 ctx = root.get_span_context()
-                run = Run(format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"), ok)
-                for step in range(calls_per_run):
-                    run.calls.append(_chat(client, f"run {i} step {step}: summarise the findings", stream, max_tokens))
-                if not ok:
+                run = Run(format(ctx.trace_id, "032x"), format(ctx.span_id, "016x"), script not in (False, "cut"))
+                prompt = f"run {i}: summarise the findings"
+                if script == "retry":
+                    _fault(base_url, {"kind": "error_rate", "value": 1.0, "until_s": 0.2})
+                    run.calls.append(_chat(client, prompt, stream, max_tokens))
+                    run.calls.append(_chat(client, prompt + " again", stream, max_tokens))
+                elif script == "cut":
+                    run.calls.append(_chat(client, prompt, stream, max_tokens))
+                    try:
+                        _chat(client, prompt + " at length", True, 400, crash_after_first_chunk=base_url)
+                    except openai.APIError:
+                        pass  # the application gives up: no result for the user, the root span stays Ok
+                    time.sleep(0.5)  # the replica restarts
+                elif script == "parallel":
+                    import concurrent.futures
+                    import contextvars
+
+                    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                        futures = [pool.submit(contextvars.copy_context().run, _chat, client, f"{prompt} part {k}",
+                                               stream, max_tokens + k) for k in range(2)]
+                        run.calls += [f.result() for f in futures]
+                    run.calls.append(_chat(client, prompt + " merged", stream, max_tokens))
+                else:
+                    for step in range(calls_per_run):
+                        run.calls.append(_chat(client, f"run {i} step {step}: summarise the findings", stream, max_tokens))
+                if script is False:
                     root.set_attribute("error.type", "AgentError")
                     root.set_status(Status(StatusCode.ERROR, "the agent gave up"))
             runs.append(run)
     return runs
 
 
-def _chat(client, prompt: str, stream: bool, max_tokens: int) -> ClientCall:
+def _fault(base_url: str, fault: dict) -> None:
+    import httpx
+
+    httpx.post(f"{base_url}/admin/faults", json=fault, timeout=5).raise_for_status()
+
+
+def _agents_runs(provider, base_url: str, outcomes: list, name: str) -> list[Run]:
+    """The OpenAI Agents SDK (chat completions model) instrumented by OpenInference: one
+    ``Runner.run`` per entry; a False entry's model call is answered 500 (no retry), so the run fails."""
+    import asyncio
+
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, set_trace_processors
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    set_trace_processors([])  # no export to OpenAI's own tracing backend: only OpenTelemetry's
+    instrumentor = OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+
+    async def run_once(i: int):
+        # a client per event loop: the async client's connections belong to the loop that opened them
+        client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=0)
+        agent = Agent(name=name, instructions="Answer in one sentence.",
+                      model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client))
+        return await Runner.run(agent, f"run {i}: summarise the findings",
+                                run_config=RunConfig(workflow_name=name, group_id=f"c{i}"))
+
+    roots = _root_ids_processor()
+    provider.add_span_processor(roots)
+    runs = []
+    try:
+        for i, ok in enumerate(outcomes):
+            if not ok:
+                _fault(base_url, {"kind": "error_rate", "value": 1.0})
+            result, error = None, None
+            try:
+                result = asyncio.run(run_once(i))
+            except Exception as exc:  # noqa: BLE001 - the run failed: what the test expects of False
+                error = exc
+            finally:
+                if not ok:
+                    _fault(base_url, {"kind": "error_rate", "value": 0.0})
+            trace_id, span_id = roots.last
+            run = Run(trace_id, span_id, error is None)
+            if result is not None:
+                for response in result.raw_responses:
+                    u = response.usage
+                    run.calls.append(ClientCall(response.response_id or "", u.input_tokens,
+                                                u.input_tokens_details.cached_tokens or 0, u.output_tokens))
+            runs.append(run)
+    finally:
+        instrumentor.uninstrument()
+    return runs
+
+
+def _root_ids_processor():
+    """A span processor remembering the last root span that ended (the Agents SDK makes the root)."""
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    class RootIds(SpanProcessor):
+        last: tuple[str, str] = ("", "")
+
+        def on_end(self, span):
+            if span.parent is None:
+                self.last = (format(span.context.trace_id, "032x"), format(span.context.span_id, "016x"))
+
+    return RootIds()
+
+
+def _chat(client, prompt: str, stream: bool, max_tokens: int, crash_after_first_chunk: str = "") -> ClientCall:
     messages = [{"role": "user", "content": prompt}]
     if not stream:
         r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens)
@@ -108,6 +211,9 @@ def _chat(client, prompt: str, stream: bool, max_tokens: int) -> ClientCall:
     for chunk in chunks:
         response_id = chunk.id or response_id
         usage = chunk.usage or usage
+        if crash_after_first_chunk:
+            _fault(crash_after_first_chunk, {"kind": "crash", "until_s": 0.3})
+            crash_after_first_chunk = ""
     return _call(response_id, usage)
 
 

@@ -69,3 +69,62 @@ def test_client_span_and_engine_span_are_one_call(rig, kind):
     totals = rig.store.query("SELECT sum(prompt_tokens * first_piece), sum(output_tokens * first_piece) FROM call_costs",
                              tag="test").result_rows[0]
     assert totals == (sum(t[1] for t in truth), sum(t[3] for t in truth))
+
+
+def _tasks(store):
+    return store.query_df(
+        "SELECT task_id, task_type, outcome, context_source, calls, prompt_tokens, output_tokens, cost_usd, "
+        "useful_usd, retry_waste_usd, failed_task_waste_usd, pending_usd FROM tasks ORDER BY start_time", tag="test")
+
+
+@pytest.mark.parametrize("kind, task_type, source", [("openai-v2", "research_assistant", "genai_agent"),
+                                                     ("openllmetry", "research_assistant", "traceloop")])
+def test_tasks_from_standard_spans(rig, kind, task_type, source):
+    """No task SDK: each run's root span is a task, its outcome from the root's status and its last call."""
+    runs = _drive(rig, kind, [True, False, "retry", "cut", "parallel"])
+    tasks = _tasks(rig.store)
+    by_id = {r.task_id: r for r in tasks.itertuples()}
+    assert set(by_id) == {run.trace_id for run in runs}  # task id = trace id of the root
+    assert {r.task_type for r in tasks.itertuples()} == {task_type}
+    assert {r.context_source for r in tasks.itertuples()} == {source}
+    # run 1: the root says Error; run 3: the root is Ok, but its last call broke with nothing after it
+    assert [by_id[run.trace_id].outcome for run in runs] == ["success", "failure", "success", "failure", "success"]
+    # calls: 3, 3, 2 (the 500 the client retried reached no engine: no call of its own), 2 (the cut call
+    # is the client's span alone: the crash lost its engine span), 3 (two in parallel, one after)
+    assert [by_id[run.trace_id].calls for run in runs] == [3, 3, 2, 2, 3]
+    for run in runs:
+        row = by_id[run.trace_id]
+        assert row.prompt_tokens == sum(c.prompt_tokens for c in run.calls)
+        assert row.output_tokens == sum(c.output_tokens for c in run.calls)
+        assert row.pending_usd == 0 and row.retry_waste_usd == 0
+        if row.outcome == "success":
+            assert row.failed_task_waste_usd == 0 and row.useful_usd == pytest.approx(row.cost_usd, abs=1e-12)
+        else:
+            assert row.useful_usd == 0 and row.failed_task_waste_usd == pytest.approx(row.cost_usd, abs=1e-12)
+    # the call pieces agree with the tasks: nothing unattributed, each engine request once
+    cats = dict(rig.store.query("SELECT category, sum(cost_usd) FROM call_costs GROUP BY category", tag="test").result_rows)
+    assert set(cats) <= {"useful", "failed_task_waste", "unspanned"}
+    assert cats["useful"] == pytest.approx(tasks["useful_usd"].sum(), rel=1e-9)
+    assert cats["failed_task_waste"] == pytest.approx(tasks["failed_task_waste_usd"].sum(), rel=1e-9)
+    requests = rig.store.query("SELECT sum(requests) FROM call_costs WHERE category != 'unspanned'", tag="test").result_rows[0][0]
+    assert requests == 13
+
+
+def test_openai_agents_sdk_with_openinference(rig):
+    """The OpenAI Agents SDK's own root ("Agent workflow", OpenInference AGENT) is the task; its LLM
+    spans carry no response id, so each joins its engine span by token counts, model and time."""
+    runs = _drive(rig, "openai-agents", [True, True, False])
+    tasks = _tasks(rig.store)
+    by_id = {r.task_id: r for r in tasks.itertuples()}
+    assert set(by_id) == {run.trace_id for run in runs}
+    assert [by_id[run.trace_id].outcome for run in runs] == ["success", "success", "failure"]
+    assert {r.context_source for r in tasks.itertuples()} == {"openinference"}
+    assert {r.task_type for r in tasks.itertuples()} == {"research_assistant"}
+    for run in runs[:2]:
+        row = by_id[run.trace_id]
+        assert row.calls == 1 and len(run.calls) == 1
+        assert (row.prompt_tokens, row.output_tokens) == (run.calls[0].prompt_tokens, run.calls[0].output_tokens)
+    calls = _calls(rig.store)
+    # two engine requests, each joined to its LLM span (the failed run's call got a 500: no engine span)
+    assert sorted(calls["call_source"]) == ["client", "engine", "engine"]
+    assert set(calls["trace_id"]) == {run.trace_id for run in runs}

@@ -39,7 +39,8 @@ def queries() -> dict[str, tuple]:
                        {"previous": True, "waste": not FILTERED}),
          "budgets": ("schema.queries.budgets:budget_status", (f.end,), {}),
          "trend": ("schema.queries.cost:cpst_trend", (f.start, f.end, TREND_BUCKET_S), {}),
-         "quality": ("schema.queries.cost:data_quality", (f.start, f.end), {})}
+         "quality": ("schema.queries.cost:data_quality", (f.start, f.end), {}),
+         "context": ("schema.queries.cost:task_context", (f.start, f.end), {})}
     if FILTERED:  # the fleet's idle and spend beside a filtered view
         q["fleet"] = ("schema.queries.cost:period_summary", (f.start, f.end, None, {}), {})
     return q
@@ -247,6 +248,13 @@ def details() -> None:
                    "lost spans): it is charged to that minute's calls without an engine span, else shown as "
                    "unspanned engine work. Cached tokens no span counted are estimated from the counters' "
                    "prefix-cache hit rate. Minutes whose data arrived after the live window are recomputed.")
+    context = ui.ask(Q["context"])
+    if len(context):
+        st.markdown("**Where the tasks' context came from**")
+        ui.table(context, key="cost_task_context", filename="task_context.csv")
+        st.caption("explicit: the task SDK marked the calls (task.id); derived: the trace's root span is the "
+                   "task (OpenTelemetry GenAI agent span, OpenInference, Traceloop, the call itself, another "
+                   "root), or calls whose root never arrived. Calls without any task are `unattributed` above.")
 
 
 try:

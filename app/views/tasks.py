@@ -35,6 +35,13 @@ try:
 except StoreError as exc:
     costviews.stop_on_store_error(exc)
 
+# Where a task's context came from (tasks.context_source).
+CONTEXT_LABELS = {
+    "sdk": "task SDK", "genai_agent": "GenAI agent span", "openinference": "OpenInference",
+    "traceloop": "Traceloop", "genai_call": "GenAI call (root)", "request_root": "request root",
+    "trace_without_root": "trace (root never arrived)",
+}
+
 # tasks_table takes no model / tenant / task-type filter: apply the sidebar's to the rows returned.
 for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "task_type")):
     value = getattr(f, key)
@@ -43,14 +50,17 @@ for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "tas
 
 if not len(tasks):
     ui.empty_state("No task ended in this range" + (f" matching “{fmt.md_escape(search)}”." if search else "."),
-                   "Tasks appear when the task SDK marks them (task.id / task.outcome) and the cost job has run.")
+                   "Tasks appear once the cost job has run over calls whose trace has a root span (an agent "
+                   "run, a workflow, a request handler: OpenTelemetry GenAI, OpenInference, OpenLLMetry) or "
+                   "that the task SDK marks (task.id / task.outcome).")
     st.stop()
 
 tasks = tasks.reset_index(drop=True)
 waste = tasks[[c for c in ("retry_waste_usd", "failed_task_waste_usd") if c in tasks.columns]].sum(axis=1)
 view = pd.DataFrame({
     "task_id": tasks["task_id"], "type": tasks["task_type"], "tenant": tasks["tenant_id"],
-    "outcome": tasks["outcome"], "attempts": tasks["attempts"], "calls": tasks["calls"],
+    "outcome": tasks["outcome"], "context": tasks["context_source"].map(CONTEXT_LABELS).fillna(tasks["context_source"]),
+    "attempts": tasks["attempts"], "calls": tasks["calls"],
     "cost (USD)": tasks["cost_usd"], "waste (USD)": waste,
     "partial calls": tasks.get("partial_calls"), "e2e (s)": tasks.get("e2e_s"),
     "SLO met": tasks.get("slo_met").astype(bool) if "slo_met" in tasks else None,
@@ -94,6 +104,8 @@ if r:
                    border=True, help="retry waste + failed-task waste (USD)")
     cols[3].metric("Attempts", fmt.count(r["attempts"]), border=True)
     cols[4].metric("End to end", fmt.seconds(r.get("e2e_s")), border=True)
+    source = str(r.get("context_source") or "")
+    st.caption("Task context: " + fmt.md_escape(CONTEXT_LABELS.get(source, source or "unknown")))
 if not len(calls):
     ui.empty_state("No calls recorded for this task (yet).")
     st.stop()

@@ -7,9 +7,12 @@
 --     keeps such a root only when calls of its trace were found.
 --   * llm_calls_mv: OpenInference LLM spans and Traceloop llm spans are client call spans (tokens from
 --     llm.token_count.*, model from llm.model_name); a GenAI CLIENT span is a call only for a model
---     call operation (chat, text_completion, generate_content), never invoke_agent or execute_tool.
+--     call operation (chat, text_completion, generate_content), never invoke_agent or execute_tool;
+--     HTTP client spans to a completions path are rows of their own (call_source 'http'): the
+--     attempts under a call, through which a propagated traceparent reaches vLLM.
 --   * job_resolved_calls: a call with no explicit task context whose unit holds a client call span
---     belongs to the task of the client span's trace; an engine root span is joined to the client span
+--     belongs to the task of the client span's trace; an engine span under an HTTP attempt belongs to
+--     that attempt's call; an engine root span is joined to the client span
 --     with its response id, else (OpenInference LLM spans carry none) to the one client span of the
 --     same token counts and model that contains it in time (pairs in start order within one trace
 --     and token counts; an engine span whose candidates lie in two traces is left alone).
@@ -228,6 +231,13 @@ WITH
         )
         ARRAY JOIN pairs AS pr
     ),
+    -- HTTP client spans under a call (the OpenAI client's requests, instrumented by httpx / requests):
+    -- a propagated traceparent makes vLLM's span their child, so it belongs to their parent call
+    http_attempts AS (
+        SELECT trace_id AS ha_trace, span_id AS ha_span, parent_span_id AS ha_parent
+        FROM llm_calls
+        WHERE start_time >= lo AND start_time < we AND call_source = 'http' AND parent_span_id != ''
+    ),
     adopted AS (
         SELECT * FROM by_response_id
         UNION ALL
@@ -239,6 +249,7 @@ WITH
             -- one 64-bit key per (trace, unit): hashing two strings once is cheaper than grouping by them
             cityHash64(if(a.to_trace != '', a.to_trace, l.trace_id),
                        multiIf(a.to_trace != '', a.to_span,
+                               call_source = 'engine' AND ha.ha_parent != '', ha.ha_parent,
                                call_source = 'engine' AND parent_span_id != '', parent_span_id, span_id)) AS unit_key,
             countIf(call_source = 'engine') AS n_engine,
             minIf(span_id, call_source = 'engine') AS e_id,
@@ -273,7 +284,8 @@ WITH
                 AS own_error_class
         FROM llm_calls AS l
         LEFT JOIN adopted AS a ON a.a_trace = l.trace_id AND a.a_span = l.span_id
-        WHERE l.start_time >= lo AND l.start_time < we
+        LEFT JOIN http_attempts AS ha ON ha.ha_trace = l.trace_id AND ha.ha_span = l.parent_span_id
+        WHERE l.start_time >= lo AND l.start_time < we AND l.call_source != 'http'
           AND NOT (l.call_source = 'client' AND (l.trace_id, l.span_id) IN (SELECT trace_id, parent_span_id FROM gw_requests))
         GROUP BY unit_key
     ),
@@ -776,7 +788,10 @@ FROM (
                 OR (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e')),
             'engine',
             mapContains(SpanAttributes, 'gateway.attempt'), 'gateway',
+            http_url != '' AND NOT mapContains(SpanAttributes, 'gen_ai.operation.name')
+                AND SpanAttributes['openinference.span.kind'] = '', 'http',
             'client') AS call_source,
+        multiIf(SpanAttributes['url.full'] != '', SpanAttributes['url.full'], SpanAttributes['http.url']) AS http_url,
         ServiceName AS service_name,
         SpanName AS span_name,
         multiIf(call_source = 'engine', if(ResourceAttributes['service.instance.id'] != '', ResourceAttributes['service.instance.id'], ServiceName),
@@ -841,6 +856,9 @@ FROM (
        OR (SpanKind IN ('Client', 'SPAN_KIND_CLIENT') AND NOT mapContains(SpanAttributes, 'gen_ai.operation.name')
            AND SpanAttributes['llm.request.type'] IN ('chat', 'completion'))
        OR SpanAttributes['openinference.span.kind'] = 'LLM'
+       OR (SpanKind IN ('Client', 'SPAN_KIND_CLIENT')
+           AND match(multiIf(SpanAttributes['url.full'] != '', SpanAttributes['url.full'], SpanAttributes['http.url']),
+                     '/(chat/)?completions([?#]|$)'))
 ) AS c
 LEFT JOIN (SELECT replica AS sm_replica, argMax(model, seen) AS served FROM replica_models GROUP BY replica) AS sm
     ON sm.sm_replica = c.replica;

@@ -57,7 +57,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "task_id", "task_type", "tenant_id", "model", "outcome", "has_root", "start_time", "end_time", "e2e_s",
         "ttft_s", "steps", "attempts", "calls", "prompt_tokens", "cached_tokens", "output_tokens", "cost_usd",
         "useful_usd", "retry_waste_usd", "failed_task_waste_usd", "pending_usd", "partial_calls", "partial_tokens",
-        "partial_usd", "slo_ttft_ms", "slo_e2e_ms", "slo_met"),
+        "partial_usd", "slo_ttft_ms", "slo_e2e_ms", "slo_met", "context_source"),
     "tasks_calls": (
         "call_id", "trace_id", "call_source", "replica", "gpu_type", "model", "task_step", "task_attempt",
         "start_time", "end_time", "status", "error_type", "finish_reason", "partial", "prompt_tokens",
@@ -67,6 +67,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "replica", "window_start", "requests", "throughput_tokens_per_s", "output_tokens_per_s", "successful_tasks",
         "successful_tasks_per_hour", "ttft_p99_s", "e2e_p99_s", "spend_usd", "idle_usd", "cpst_usd",
         "running_requests_avg"),
+    "cost_task_context": ("context_source", "context_kind", "tasks", "calls"),
     "cost_data_quality": (
         "replica", "up_minutes", "span_tokens", "counter_tokens", "token_gap", "token_gap_ratio",
         "default_priced_minutes", "unpriced_minutes", "gateway_evidence_calls", "client_evidence_calls",
@@ -476,6 +477,16 @@ def replica_windows(store, start: datetime, end: datetime, window_seconds: int) 
         raise ValueError(f"window_seconds must be a positive multiple of 60, got {window_seconds}")
     return _run(store, "cost_replica_windows", **_range(start, end), window_seconds=window_seconds,
                 **rollup_span(store, start, end, window_seconds))
+
+
+def task_context(store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Tasks that ended in ``[start, end)`` and their calls, by where their context came from.
+
+    Columns: ``context_source`` (``sdk`` | ``genai_agent`` | ``openinference`` | ``traceloop`` |
+    ``genai_call`` | ``request_root`` | ``trace_without_root``), ``context_kind`` (``explicit`` for
+    the task SDK, else ``derived``), ``tasks``, ``calls``.
+    """
+    return _run(store, "cost_task_context", **_range(start, end))
 
 
 def data_quality(store, start: datetime, end: datetime) -> pd.DataFrame:

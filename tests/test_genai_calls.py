@@ -128,3 +128,47 @@ def test_openai_agents_sdk_with_openinference(rig):
     # two engine requests, each joined to its LLM span (the failed run's call got a 500: no engine span)
     assert sorted(calls["call_source"]) == ["client", "engine", "engine"]
     assert set(calls["trace_id"]) == {run.trace_id for run in runs}
+
+
+def test_same_work_same_figures_with_the_sdk_or_standard_spans(store, tmp_path):
+    """One workload twice, on two identical replicas: marked with the task SDK on r1, with only the
+    official GenAI instrumentation (invoke_agent roots) on r2. Same tasks, outcomes, calls, tokens and
+    cost per successful task (capacity far above the load: a call's cost is its work's share of a
+    minute's spend, the same on both replicas)."""
+    from serving.sdk import task
+    from tests.dashboard_seed import stop_periodic_jobs
+
+    stop_periodic_jobs(store)
+    sync(store, fleet_yaml(w_prefill=W_PREFILL, w_decode=W_DECODE, replicas=("r1", "r2"), capacity=1e6))
+    rig = Rig(store, tmp_path / "spool")
+    outcomes = [True, False, True, True]
+    start = datetime.now(timezone.utc)
+    fleet = live.start_replicas(2, ids=["r1", "r2"], otlp_endpoint=rig.receiver.url)
+    try:
+        client, provider = rig.client(fleet[0].url)
+        for i, ok in enumerate(outcomes):
+            with task("research_assistant", tenant="acme", tracer_provider=provider) as t:
+                for step in range(3):
+                    client.chat(model="meta-llama/Llama-3.1-8B-Instruct", max_tokens=8,
+                                messages=[{"role": "user", "content": f"run {i} step {step}: summarise the findings"}])
+                t.succeed() if ok else t.fail("AgentError")
+        run_in_subprocess("openai-v2", rig.receiver.url, fleet[1].url, outcomes, calls_per_run=3)
+    finally:
+        fleet.stop()
+    rig.flush()
+    run_jobs(store, start=start - timedelta(minutes=1), end=datetime.now(timezone.utc) + timedelta(minutes=1))
+    rig.close()
+    figures = store.query_df(
+        "SELECT context_source, count() AS tasks, countIf(outcome = 'success') AS successes, "
+        "countIf(outcome = 'failure') AS failures, sum(calls) AS calls, sum(prompt_tokens) AS prompt, "
+        "sum(output_tokens) AS output, sum(cost_usd) AS cost, sum(useful_usd) AS useful, "
+        "sum(failed_task_waste_usd) AS failed FROM tasks GROUP BY context_source ORDER BY context_source",
+        tag="test").set_index("context_source")
+    assert list(figures.index) == ["genai_agent", "sdk"]
+    sdk, std = figures.loc["sdk"], figures.loc["genai_agent"]
+    assert (sdk.tasks, sdk.successes, sdk.failures, sdk.calls) == (4, 3, 1, 12)
+    assert (std.tasks, std.successes, std.failures, std.calls, std.prompt, std.output) == (
+        sdk.tasks, sdk.successes, sdk.failures, sdk.calls, sdk.prompt, sdk.output)
+    assert sdk.cost > 0
+    assert std.cost / std.successes == pytest.approx(sdk.cost / sdk.successes, rel=1e-9)  # CPST
+    assert (std.useful, std.failed) == (pytest.approx(sdk.useful, rel=1e-9), pytest.approx(sdk.failed, rel=1e-9))

@@ -194,3 +194,38 @@ def test_propagated_traceparent_joins_by_parent_link(store):
     assert requests(store) == (2, 9)
     sources = store.query("SELECT call_source, count() FROM call_costs GROUP BY call_source", tag="test").result_rows
     assert sources == [("engine", 2)]  # fields from vLLM's spans, the best evidence
+
+
+def test_evaluation_result_decides_a_derived_outcome(store):
+    """A gen_ai.evaluation.result event on a trace (an online judge, a guardrail): label fail fails a
+    task whose root is Ok; label pass passes one whose root says Error; task.outcome beats both."""
+    c = Client()
+    judged = []
+    for i, (label, root_error, explicit) in enumerate([("fail", False, None), ("pass", True, None),
+                                                        ("fail", False, "success")]):
+        root = c.root(10 * i)
+        call = c.tracer.start_span(f"chat {MODEL}", context=trace.set_span_in_context(root),
+                                   kind=trace.SpanKind.CLIENT, start_time=ns(10 * i + 1),
+                                   attributes={"gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL,
+                                               "gen_ai.response.id": f"cmpl-v{i}", "gen_ai.usage.input_tokens": 10,
+                                               "gen_ai.usage.output_tokens": 2})
+        call.add_event("gen_ai.evaluation.result", {"gen_ai.evaluation.name": "relevance",
+                                                    "gen_ai.evaluation.score.label": label,
+                                                    "gen_ai.evaluation.score.value": 0.9 if label == "pass" else 0.1},
+                       timestamp=ns(10 * i + 2))
+        call.end(end_time=ns(10 * i + 2))
+        if root_error:
+            root.set_status(Status(StatusCode.ERROR))
+        if explicit:
+            root.set_attribute("task.outcome", explicit)
+        root.end(end_time=ns(10 * i + 3))
+        engine(store, 10 * i + 1.1, 10 * i + 1.9, f"cmpl-v{i}", 10, 2)
+        judged.append(trace_hex(root))
+    c.flush(store)
+    jobs(store)
+    t = tasks(store)
+    assert [t[tid].outcome for tid in judged] == ["failure", "success", "success"]
+    cats = store.query("SELECT task_id, any(category) FROM call_costs WHERE task_id != '' GROUP BY task_id",
+                       tag="test").result_rows
+    assert {tid: cat for tid, cat in cats} == {judged[0]: "failed_task_waste", judged[1]: "useful",
+                                               judged[2]: "useful"}

@@ -18,7 +18,9 @@
 --     and token counts; an engine span whose candidates lie in two traces is left alone).
 --   * job_call_costs / job_tasks: a derived task fails when its root's status is Error or its last
 --     call ended in Error with nothing after it (the application caught the error, the root stayed
---     Ok); an explicit task.outcome on the root overrides both. tasks gain context_source.
+--     Ok); an explicit task.outcome on the root, then an evaluation result on the trace
+--     (gen_ai.evaluation.result events, task_evaluations_mv: score label fail / pass) override both.
+--     tasks gain context_source.
 --
 -- A refresh of the chain replaces a *_live table with one built from the view's old column list:
 -- pause the chain while the tables change, resume it at the end.
@@ -104,6 +106,34 @@ WHERE ParentSpanId = ''
   AND NOT mapContains(SpanAttributes, 'gateway.attempt')
   AND NOT mapContains(SpanAttributes, 'task.id')
   AND SpanName != 'gateway chat' AND NOT mapContains(SpanAttributes, 'gateway.policy');
+
+-- Evaluation results on a trace's spans (the GenAI event gen_ai.evaluation.result: an online judge,
+-- a guardrail, a user's verdict): a score label fail / pass decides a derived task's outcome.
+CREATE TABLE IF NOT EXISTS task_evaluations (
+    trace_id String CODEC(ZSTD(1)),
+    span_id String CODEC(ZSTD(1)),
+    time DateTime64(9, 'UTC'),
+    name LowCardinality(String) COMMENT 'gen_ai.evaluation.name',
+    label LowCardinality(String) COMMENT 'gen_ai.evaluation.score.label, lower case',
+    score Nullable(Float64) COMMENT 'gen_ai.evaluation.score.value'
+) ENGINE = MergeTree()
+PARTITION BY toDate(time)
+ORDER BY (toStartOfMinute(time), trace_id)
+TTL toDateTime(time) + toIntervalDay({{retention_days}})
+SETTINGS ttl_only_drop_parts = 1;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS task_evaluations_mv TO task_evaluations
+AS SELECT
+    TraceId AS trace_id,
+    SpanId AS span_id,
+    ev.1 AS time,
+    ev.2['gen_ai.evaluation.name'] AS name,
+    lower(ev.2['gen_ai.evaluation.score.label']) AS label,
+    toFloat64OrNull(ev.2['gen_ai.evaluation.score.value']) AS score
+FROM otel_traces
+ARRAY JOIN arrayFilter(e -> e.3 = 'gen_ai.evaluation.result',
+                       arrayZip(Events.Timestamp, Events.Attributes, Events.Name)) AS ev
+WHERE has(Events.Name, 'gen_ai.evaluation.result');
 
 -- 1. Resolved calls (0530's): derived task context; engine spans joined by containment as well.
 CREATE OR REPLACE VIEW job_resolved_calls AS
@@ -501,15 +531,28 @@ WITH
                maxIf(task_attempt, status != 'error' AND partial = 0) AS ok_attempt
         FROM calls WHERE task_id != '' GROUP BY task_id, task_step, task_call
     ),
+    -- evaluation results on the tasks' traces: any fail label fails the task, else a pass label passes it
+    verdicts AS (
+        SELECT trace_id AS v_trace,
+               multiIf(max(label IN ('fail', 'failed', 'failure')), 'failure',
+                       max(label IN ('pass', 'passed', 'success')), 'success', '') AS verdict
+        FROM task_evaluations
+        WHERE time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+          AND time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+        GROUP BY trace_id
+    ),
     roots AS (
-        SELECT task_id AS r_task_id,
-               argMax(tuple(outcome, context_source, status, task_type, tenant_id), end_time) AS rt,
-               rt.1 AS raw_outcome, rt.2 AS root_source, rt.3 AS root_status, rt.4 AS root_type, rt.5 AS root_tenant
-        FROM task_spans
-        WHERE end_time >= ws - toIntervalSecond(2 * max_call_s)
-          AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
-          AND task_id IN (SELECT task_id FROM calls WHERE task_id != '')
-        GROUP BY task_id
+        SELECT rr.*, ifNull(v.verdict, '') AS root_verdict
+        FROM (
+            SELECT task_id AS r_task_id,
+                   argMax(tuple(outcome, context_source, status, task_type, tenant_id), end_time) AS rt,
+                   rt.1 AS raw_outcome, rt.2 AS root_source, rt.3 AS root_status, rt.4 AS root_type, rt.5 AS root_tenant
+            FROM task_spans
+            WHERE end_time >= ws - toIntervalSecond(2 * max_call_s)
+              AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+              AND task_id IN (SELECT task_id FROM calls WHERE task_id != '')
+            GROUP BY task_id) AS rr
+        LEFT JOIN verdicts AS v ON v.v_trace = rr.r_task_id
     ),
     sized AS (
         SELECT k.*, k.call_work * k.share + k.gap_w AS piece_work,
@@ -520,8 +563,10 @@ WITH
                if(in_fleet, f.f_gpu_count, default_gpu_count) AS fleet_gpu_count,
                r.r_task_id != '' AS has_root,
                -- a derived root (not the task SDK's): failure when its status is Error or the task's
-               -- last call ended in Error with nothing after it; success otherwise; task.outcome wins
+               -- last call ended in Error with nothing after it; success otherwise; task.outcome on the
+               -- root, then an evaluation result on the trace, override both
                multiIf(r.raw_outcome IN ('success', 'failure', 'abandoned') OR r.root_source = 'sdk', r.raw_outcome,
+                       r.root_verdict != '', r.root_verdict,
                        r.root_status = 'error' OR tl.task_last_status = 'error', 'failure',
                        'success') AS root_outcome,
                r.root_type AS root_type, r.root_tenant AS root_tenant,
@@ -588,13 +633,26 @@ WITH
     (SELECT argMax(task_lookback_s, synced_at) FROM cost_settings) AS task_lookback_s,
     (SELECT argMax(max_call_s, synced_at) FROM cost_settings) AS max_call_s,
     -- root spans that ended in the window (the exporter's ORDER BY makes this a range read)
+    -- evaluation results on the tasks' traces: any fail label fails the task, else a pass label passes it
+    verdicts AS (
+        SELECT trace_id AS v_trace,
+               multiIf(max(label IN ('fail', 'failed', 'failure')), 'failure',
+                       max(label IN ('pass', 'passed', 'success')), 'success', '') AS verdict
+        FROM task_evaluations
+        WHERE time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+          AND time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+        GROUP BY trace_id
+    ),
     roots AS (
-        SELECT task_id AS r_task_id,
-               argMax(tuple(task_type, tenant_id, tenant_priority, outcome, start_time, end_time,
-                            slo_ttft_ms, slo_e2e_ms, context_source, status), end_time) AS r
-        FROM task_spans
-        WHERE end_time >= ws AND end_time < we
-        GROUP BY task_id
+        SELECT rr.*, ifNull(v.verdict, '') AS r_verdict
+        FROM (
+            SELECT task_id AS r_task_id,
+                   argMax(tuple(task_type, tenant_id, tenant_priority, outcome, start_time, end_time,
+                                slo_ttft_ms, slo_e2e_ms, context_source, status), end_time) AS r
+            FROM task_spans
+            WHERE end_time >= ws AND end_time < we
+            GROUP BY task_id) AS rr
+        LEFT JOIN verdicts AS v ON v.v_trace = rr.r_task_id
     ),
     -- a rootless task is abandoned abandon_timeout_s after its last call: only calls ending in
     -- [ws - timeout - max_call_s, we) can decide that for this window
@@ -665,8 +723,10 @@ WITH
             if(c.task_id != '', c.task_id, rt.r_task_id) AS t_id,
             rt.r_task_id != '' AS has_root,
             -- a derived root (not the task SDK's) fails when its status is Error or the task's last
-            -- call ended in Error with nothing after it; task.outcome on the root wins
+            -- call ended in Error with nothing after it; task.outcome on the root, then an evaluation
+            -- result on the trace, override both
             multiIf(has_root AND rt.r.4 IN ('success', 'failure', 'abandoned'), rt.r.4,
+                    has_root AND rt.r.9 != 'sdk' AND rt.r_verdict != '', rt.r_verdict,
                     has_root AND rt.r.9 != 'sdk', if(rt.r.10 = 'error' OR c.last_status = 'error', 'failure', 'success'),
                     has_root, 'unknown', 'abandoned') AS outcome,
             if(has_root, rt.r.6, toDateTime64(c.last_end + toIntervalSecond(abandon_timeout_s), 9, 'UTC')) AS t_end,

@@ -17,6 +17,7 @@ records none (OpenInference's LLM spans), the token counts, model and time.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -78,7 +79,8 @@ def _root_attributes(kind: str, name: str) -> tuple[str, dict]:
 
 
 def agent_runs(kind: str, provider, base_url: str, outcomes: list, calls_per_run: int = 3,
-               name: str = "research_assistant", stream: bool = True, max_tokens: int = 8) -> list[Run]:
+               name: str = "research_assistant", stream: bool = True, max_tokens: int = 8,
+               model: str = MODEL) -> list[Run]:
     """One root span per entry of ``outcomes`` with its chat completions under it. An entry is True
     (``calls_per_run`` calls, the run succeeds), False (the same calls, then the run ends with status
     Error and ``error.type``: the agent could not use the answers, as an agent framework records a
@@ -91,6 +93,7 @@ def agent_runs(kind: str, provider, base_url: str, outcomes: list, calls_per_run
     """
     if kind == "openai-agents":
         return _agents_runs(provider, base_url, outcomes, name)
+    chat = functools.partial(_chat, model=model)
     tracer = provider.get_tracer("agent-app")
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="none", max_retries=2)
     runs = []
@@ -104,12 +107,12 @@ def agent_runs(kind: str, provider, base_url: str, outcomes: list, calls_per_run
                 prompt = f"run {i}: summarise the findings"
                 if script == "retry":
                     _fault(base_url, {"kind": "error_rate", "value": 1.0, "until_s": 0.2})
-                    run.calls.append(_chat(client, prompt, stream, max_tokens))
-                    run.calls.append(_chat(client, prompt + " again", stream, max_tokens))
+                    run.calls.append(chat(client, prompt, stream, max_tokens))
+                    run.calls.append(chat(client, prompt + " again", stream, max_tokens))
                 elif script == "cut":
-                    run.calls.append(_chat(client, prompt, stream, max_tokens))
+                    run.calls.append(chat(client, prompt, stream, max_tokens))
                     try:
-                        _chat(client, prompt + " at length", True, 400, crash_after_first_chunk=base_url)
+                        chat(client, prompt + " at length", True, 400, crash_after_first_chunk=base_url)
                     except openai.APIError:
                         pass  # the application gives up: no result for the user, the root span stays Ok
                     time.sleep(0.5)  # the replica restarts
@@ -118,13 +121,13 @@ def agent_runs(kind: str, provider, base_url: str, outcomes: list, calls_per_run
                     import contextvars
 
                     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-                        futures = [pool.submit(contextvars.copy_context().run, _chat, client, f"{prompt} part {k}",
+                        futures = [pool.submit(contextvars.copy_context().run, chat, client, f"{prompt} part {k}",
                                                stream, max_tokens + k) for k in range(2)]
                         run.calls += [f.result() for f in futures]
-                    run.calls.append(_chat(client, prompt + " merged", stream, max_tokens))
+                    run.calls.append(chat(client, prompt + " merged", stream, max_tokens))
                 else:
                     for step in range(calls_per_run):
-                        run.calls.append(_chat(client, f"run {i} step {step}: summarise the findings", stream, max_tokens))
+                        run.calls.append(chat(client, f"run {i} step {step}: summarise the findings", stream, max_tokens))
                 if script is False:
                     root.set_attribute("error.type", "AgentError")
                     root.set_status(Status(StatusCode.ERROR, "the agent gave up"))
@@ -200,12 +203,13 @@ def _root_ids_processor():
     return RootIds()
 
 
-def _chat(client, prompt: str, stream: bool, max_tokens: int, crash_after_first_chunk: str = "") -> ClientCall:
+def _chat(client, prompt: str, stream: bool, max_tokens: int, crash_after_first_chunk: str = "",
+          model: str = MODEL) -> ClientCall:
     messages = [{"role": "user", "content": prompt}]
     if not stream:
-        r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens)
+        r = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens)
         return _call(r.id, r.usage)
-    chunks = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens, stream=True,
+    chunks = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, stream=True,
                                             stream_options={"include_usage": True})
     response_id, usage = "", None
     for chunk in chunks:

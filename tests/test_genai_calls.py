@@ -73,7 +73,7 @@ def test_client_span_and_engine_span_are_one_call(rig, kind):
 
 def _tasks(store):
     return store.query_df(
-        "SELECT task_id, task_type, outcome, context_source, calls, prompt_tokens, output_tokens, cost_usd, "
+        "SELECT task_id, task_type, outcome, context_source, calls, attempts, prompt_tokens, output_tokens, cost_usd, "
         "useful_usd, retry_waste_usd, failed_task_waste_usd, pending_usd FROM tasks ORDER BY start_time", tag="test")
 
 
@@ -92,6 +92,7 @@ def test_tasks_from_standard_spans(rig, kind, task_type, source):
     # calls: 3, 3, 2 (the 500 the client retried reached no engine: no call of its own), 2 (the cut call
     # is the client's span alone: the crash lost its engine span), 3 (two in parallel, one after)
     assert [by_id[run.trace_id].calls for run in runs] == [3, 3, 2, 2, 3]
+    assert [by_id[run.trace_id].attempts for run in runs] == [3, 3, 2, 2, 3]
     for run in runs:
         row = by_id[run.trace_id]
         assert row.prompt_tokens == sum(c.prompt_tokens for c in run.calls)

@@ -788,8 +788,9 @@ SELECT
     if(pt.t_has_root, pt.t_r_start, pt.t_c_start) AS start_time,
     pt.end_time_ AS end_time,
     toUInt16(pt.n_steps) AS steps,
-    toUInt16(pt.n_step_calls) AS step_calls,
-    toUInt16(pt.n_attempts) AS attempts,
+    -- a derived task's calls carry no task.step / task.call / task.attempt: each call is one attempt
+    toUInt16(if(pt.t_of_trace, pt.n_calls, pt.n_step_calls)) AS step_calls,
+    toUInt16(if(pt.t_of_trace, pt.n_calls, pt.n_attempts)) AS attempts,
     toUInt32(pt.n_calls) AS calls,
     toUInt64(pt.t_p_tokens) AS prompt_tokens,
     toUInt64(pt.t_c_tokens) AS cached_tokens,

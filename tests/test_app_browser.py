@@ -46,9 +46,7 @@ def served(tmp_path_factory):
 def _serve(tmp_path_factory, names: dict | None = None):
     """Serve tests/dashboard_serve.py's seeded store (``names``: its renames) from its own process;
     yields ``(url, task id with retries)`` and stops the process after."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (make system-deps)")
-    pytest.importorskip("playwright.sync_api")
+    assert os.path.exists(CHROMIUM), "Debian's chromium is not installed (make system-deps)"
     port = _free_port()
     directory = tmp_path_factory.mktemp("dashboard_store")
     env = dict(os.environ, NO_PROXY="127.0.0.1,localhost")

@@ -57,10 +57,10 @@ def big():
     store = new_store()
     stop_periodic_jobs(store)
     seeded = generate(store, tasks=600, hours=1)
-    has_cost = run_cost_jobs(store, seeded.start, seeded.end)
-    seed_alerts(store, seeded)
+    run_cost_jobs(store, seeded.start, seeded.end)
+    assert seed_alerts(store, seeded)
     store_provider.set_store(store)
-    yield store, seeded, has_cost
+    yield store, seeded
     store_provider.clear()
     drop_store(store)
 
@@ -268,7 +268,7 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
 
     from schema.queries import ops
 
-    store, seeded, _ = big
+    store, seeded = big
     at = _app(BIG_RANGE)
     end = seeded.end
     t = ops.fleet_tiles(store, end - timedelta(minutes=5), end)
@@ -283,7 +283,6 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
 
 
 def test_alerts_page_lists_active_alerts(big):
-    pytest.importorskip("schema.queries.alerts")
     at = _app(BIG_RANGE, "views/alerts.py")
     assert at.title[0].value == "Alerts"
     frames = [d.value for d in at.dataframe]
@@ -291,9 +290,7 @@ def test_alerts_page_lists_active_alerts(big):
 
 
 def test_cost_pages_show_the_cost_jobs_numbers(big):
-    store, seeded, has_cost = big
-    if not has_cost:
-        pytest.skip("the cost jobs (schema.jobs.run_jobs) are not in this build yet")
+    store, seeded = big
     from schema.queries import cost
 
     at = _app(BIG_RANGE, "views/cost.py")
@@ -319,7 +316,8 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
 @pytest.fixture
 def worked():
     """The cost issue's worked example (tests/test_cost_engine.py): spend $0.18, 2 successful tasks."""
-    example = pytest.importorskip("tests.test_cost_engine")
+    from tests import test_cost_engine as example
+
     store = new_store()
     stop_periodic_jobs(store)
     example._worked_example(store)

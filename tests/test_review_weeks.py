@@ -256,9 +256,9 @@ def test_an_empty_week_is_a_short_report(scenario):
 
 @pytest.mark.browser
 def test_report_opens_offline_in_headless_chromium(scenario, tmp_path, artifacts):
-    playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (make system-deps)")
+    from playwright import sync_api as playwright
+
+    assert Path(CHROMIUM).exists(), "Debian's chromium is not installed (make system-deps)"
     store, review, _ = scenario
     html_path, _ = write_report(store, W48, tmp_path, review=review)
     requested: list[str] = []

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
 
-from app import costviews, fmt, pareto
+from app import costviews, filters, fmt, pareto
 from app.filters import CUSTOM, Filters, parse_params, parse_time
 
 UTC = timezone.utc
@@ -52,6 +53,14 @@ def test_parse_time_naive_is_utc():
     assert parse_time("2026-11-02T10:00:00") == datetime(2026, 11, 2, 10, tzinfo=UTC)
     with pytest.raises(ValueError, match="ISO 8601"):
         parse_time("10 o'clock")
+
+
+def test_the_filters_import_no_page_helper():
+    # app.ui (the page helpers) reads the filters' presets; the filters must not import it back
+    tree = ast.parse(open(filters.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("app.") and m != "app.fmt"}, imported
 
 
 def test_pareto_frontier():

@@ -101,7 +101,18 @@ def test_formatting():
     assert fmt.pct(0.5) == "50.0 %"
     assert fmt.tokens(2_500_000) == "2.50 M"
     assert fmt.seconds(3725) == "1 h 02 min"
-    assert fmt.usd_delta(-0.004) == "-$0.0040"
+    assert fmt.usd_delta(-0.004) == "-$0.00400"
+    assert fmt.usd_delta(12.3) == "+$12.30"
+
+
+@pytest.mark.parametrize("value, shown", [
+    (0.0042, "$0.00420"), (0.01234, "$0.0123"), (0.25, "$0.2500"), (1234.5, "$1,234.50"), (0, "$0.00"),
+    (-2, "-$2.00"), (None, "—"), (float("nan"), "—"), (float("inf"), "—"),
+])
+def test_the_review_and_the_dashboard_print_money_alike(value, shown):
+    from app import fmt as dashboard_fmt
+
+    assert fmt.usd(value) == dashboard_fmt.usd(value) == shown
 
 
 def test_next_run_is_next_monday_morning():

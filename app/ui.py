@@ -25,7 +25,7 @@ from app.filters import PRESETS, viewer_tz  # noqa: F401 - viewer_tz: the pages 
 
 log = logging.getLogger("app")
 
-LIVE_TTL_S = 5  # live tiles refresh every 5 s (issue 6), so results older than that are useless
+LIVE_TTL_S = 5  # live tiles refresh every 5 s, so results older than that are useless
 SLOW_TTL_S = 60  # cost pages: the cost job itself runs about once a minute
 
 # Altair's "debug mode" validates every schema object against the Vega-Lite JSON schema as it is

@@ -14,12 +14,12 @@ for the default view (the last hour) and the wide views (24 h, 7 d), and the ful
 panels: chDB serialises queries). The baseline, measured in the same run, is the naive fleet tile:
 quantiles over every engine call ever stored (lifetime full scan); ratio = panel p95 / baseline p95.
 
-Goal (issue 6): p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
+Goal: p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
 share those cores while this runs: figures are pessimistic.
 
 ``--scripts all`` (or a list of pages) times instead what each page really issues: its whole script
 in-process (streamlit.testing), Streamlit's caches cleared before each run, every store call's SQL
-time by tag (issue 18: SQL per page = the sum over its calls). ``--data-dir <demo data dir> --end
+time by tag (SQL per page = the sum over its calls). ``--data-dir <demo data dir> --end
 <its last minute>`` runs that on a stopped demo's store instead of the generated one:
 
     .venv/bin/python benchmarks/bench_dashboard.py --calls 10000000 --tasks 1000000 --cost-hours 168 \
@@ -175,7 +175,7 @@ def page_scripts(store, end: datetime, ranges: list[str], pages: list[str], reps
     script time, not the SQL sum, shows what running them at once saves.
 
     Queries run at once share the 2 cores, so each one's time in that sum includes waiting for the
-    other: the sum overstates the page's SQL. "alone" is the issue's own measure (issue 18: "sum of panel
+    other: the sum overstates the page's SQL. "alone" is the issue's own measure ("sum of panel
     p50s"): every read statement of the page's last run, run again by itself ``reps`` times on the one
     client after the page's runs (the same SQL and parameters), the p50 of each, summed."""
     import streamlit as st

@@ -493,7 +493,7 @@ def main() -> int:
                 print(f"| {conc} | {med(v[0] for v in vals):.3f} | {med(v[1] for v in vals):.3f} |")
 
         if "gateway" in targets and "vllm-router" in targets:
-            print("\n## Gateway vs vllm-router (same run; goals of issue 18)")
+            print("\n## Gateway vs vllm-router (same run; against the goals)")
             g, r = med(x["rps"] for x in rps["gateway"]), med(x["rps"] for x in rps["vllm-router"])
             print(f"- requests/s: gateway / vllm-router = {g / r:.2f} (goal >= 1.00)")
             gc, rc = med(cpu["gateway"]), med(cpu["vllm-router"])

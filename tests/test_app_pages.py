@@ -131,7 +131,7 @@ def test_every_page_renders_over_the_generated_store(big):
 
 
 def test_every_vega_chart_is_drawn_on_a_canvas(big):
-    """Issue 18 item 3: Vega's default SVG renderer made every point, bar and heat-map cell a DOM element
+    """Vega's default SVG renderer made every point, bar and heat-map cell a DOM element
     (~5,500 on the live page at 7 days), which Chromium laid out and painted for seconds. Every Altair
     chart of every page asks for the canvas renderer in its top-level ``usermeta.embedOptions`` (what
     Streamlit's frontend passes to vega-embed); the data and encodings are unchanged."""
@@ -170,7 +170,7 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
 
 
 def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
-    """Issue 18 item 3: the engine view's counters and histograms (~250 ms each at 7 days on the demo
+    """The engine view's counters and histograms (~250 ms each at 7 days on the demo
     store) and the overview's gauge series ran on every load although their tabs were hidden. Only the open
     tab's named queries run (app.ui.lazy_tabs); a link with ``?engine_tab=`` / ``?tab=`` runs that tab's."""
     import streamlit as st
@@ -199,7 +199,7 @@ def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
 
 
 def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
-    """Issue 18 item 3: the cost page built the chart and table of all three breakdowns (task type, tenant,
+    """The cost page built the chart and table of all three breakdowns (task type, tenant,
     model) on every load, two of them in hidden tabs. Only the open tab's are built (app.ui.lazy_tabs);
     ``?by=Tenant`` opens the tenant's, and each shows the rows of its own dimension."""
     from app import costviews
@@ -223,7 +223,7 @@ def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
 
 
 def test_the_cost_page_draws_only_the_open_trend(big):
-    """Issue 18 item 3: the cost page drew its three trend charts (CPST, spend, successful tasks) side by
+    """The cost page drew its three trend charts (CPST, spend, successful tasks) side by
     side on every load, ~80-90 ms of the browser's time each. They are tabs now (app.ui.lazy_tabs): one
     chart is drawn, the open tab's, from the same one trend query; ``?trend=Spend`` opens the spend's."""
     import json

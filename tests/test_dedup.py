@@ -1,4 +1,4 @@
-"""Once only (issue 12 item 7): a span delivered twice is counted once, whatever the delivery.
+"""Once only: a span delivered twice is counted once, whatever the delivery.
 
 The telemetry is produced by the real producers — task SDK -> gateway -> emulated vLLM replicas —
 and captured as the raw OTLP/HTTP requests they sent (a capturing endpoint stands in for the

@@ -1,4 +1,4 @@
-"""Gateway under upstream faults (issue 14 item 8): a replica that accepts connections and never
+"""Gateway under upstream faults: a replica that accepts connections and never
 answers, a stream that goes silent, malformed upstream data, a client that leaves early, outlier
 ejection. Real gateway, scripted upstreams (tests/stub_upstream.py) and a raw listening socket that
 never answers; spans into an in-memory exporter. Times are bounded loosely (shared CI cores)."""

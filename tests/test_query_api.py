@@ -1,7 +1,6 @@
-"""Issue 17 fault 3 (the CLI reads through the owning service's versioned query API; the answers are
-the named queries'), the Prometheus export of the cost figures, fault 5 (task ids unique per demo run)
-and fault 7 (a task cut off by a shutdown has no outcome: neither failure nor waste); issue 18: the
-dashboard's grouped cost queries equal the raw rows they summarise, recomputed in pandas."""
+"""The CLI reads through the owning service's versioned query API (the answers are the named
+queries'); the Prometheus export of the cost figures; task ids unique per demo run; a task cut off by
+a shutdown has no outcome (neither failure nor waste); the dashboard's grouped cost queries equal the raw rows they summarise, recomputed in pandas."""
 
 from __future__ import annotations
 
@@ -180,7 +179,7 @@ def _raw(store, table: str, start, end) -> pd.DataFrame:
 
 
 def test_one_query_holds_every_grouping_as_the_raw_rows_do(served):
-    """Issue 18: ``cost.period_summaries`` answers the cost page's headline and its three breakdowns in
+    """``cost.period_summaries`` answers the cost page's headline and its three breakdowns in
     one query; every figure recomputed in pandas from the raw rows of ``call_costs``,
     ``replica_minutes`` and ``tasks`` (the cost jobs' outputs over the seeded spans)."""
     store, out, _ = served
@@ -218,7 +217,7 @@ def test_one_query_holds_every_grouping_as_the_raw_rows_do(served):
 
 
 def test_replica_successes_are_the_distinct_successful_tasks_each_replica_ran(served):
-    """Issue 18: ``cost.replica_windows`` probes the call pieces against the window's successful tasks
+    """``cost.replica_windows`` probes the call pieces against the window's successful tasks
     instead of a DISTINCT over every piece; the counts recomputed in pandas from the raw rows."""
     store, out, _ = served
     start, end, window = out.start, out.end, 600

@@ -345,7 +345,7 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
 
 
 def test_unlike_coverage_withholds_week_over_week_changes():
-    """Issue 17 fault 2: a week with ~25 h of data against a full one states its coverage and no WoW."""
+    """A week with ~25 h of data against a full one states its coverage and no WoW."""
     from datetime import datetime, timezone
 
     from app.review.model import Coverage, Figure, comparable
@@ -379,7 +379,7 @@ def test_unlike_coverage_withholds_week_over_week_changes():
 
 
 def test_markdown_review_escapes_what_it_quotes():
-    """Issue 14 item 7: a task id, tenant or alert text quoted by the Markdown review stays text."""
+    """A task id, tenant or alert text quoted by the Markdown review stays text."""
     from markdown_it import MarkdownIt
 
     from app.review.render import _md_block

@@ -72,7 +72,7 @@ def test_headline_equals_period_summary(scenario):
         }
         for column, figure in pairs.items():
             assert _same(getattr(figure, side), row[column]), (week.label, column)
-        # Issue 17 fault 2: goodput per hour WITH DATA (each week is one 20-minute slice = 1 hour), not per 168 h.
+        # Goodput per hour WITH DATA (each week is one 20-minute slice = 1 hour), not per 168 h.
         cov = review.coverage if side == "this" else review.coverage_last
         assert cov.hours_with_data == 1 and cov.partial and not cov.in_progress
         assert _same(getattr(h.goodput_per_hour, side), row["slo_met_tasks"] / 1.0)

@@ -1,4 +1,4 @@
-"""No secret shown (issue 14 item 5): a store URL's password, the ingest token and other credentials
+"""No secret shown: a store URL's password, the ingest token and other credentials
 never appear in log lines, errors, /health or the CLI's output. The commands run for real against
 a server store that is down (a closed port), and every output is grepped for the secrets."""
 

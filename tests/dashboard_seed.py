@@ -362,6 +362,18 @@ def run_cost_jobs(store, start: datetime, end: datetime) -> None:
     run_jobs(store, start=start, end=end + timedelta(minutes=5))
 
 
+def costed_store(tasks: int, hours: int = 1):
+    """A fresh migrated store (``conftest.new_store``) with the periodic chain stopped, ``tasks`` tasks
+    generated over ``hours`` and the cost jobs run over them: ``(store, Seeded)``."""
+    from conftest import new_store
+
+    store = new_store()
+    stop_periodic_jobs(store)
+    seeded = generate(store, tasks=tasks, hours=hours)
+    run_cost_jobs(store, seeded.start, seeded.end)
+    return store, seeded
+
+
 def seed_alerts(store, seeded: Seeded, replica: str = "r3", cascade: bool = False) -> int:
     """Write a firing and a resolved alert about the degraded replica (its id as the spans carry it:
     ``replica``); with ``cascade``, also a firing cascade naming it as the culprit, its chain, candidates

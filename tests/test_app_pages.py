@@ -1,8 +1,8 @@
 """Every dashboard page rendered with streamlit.testing's AppTest over a seeded store.
 
 The numbers displayed must equal the named queries' own (formatted by app/fmt.py): the live page
-over the hand-checkable tiny scenario, every page over the generated scenario (and, when the cost
-jobs exist, the cost pages against ``schema.queries.cost``).
+over the hand-checkable tiny scenario, every page over the generated scenario, the cost pages against
+``schema.queries.cost``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import fmt, store_provider
 from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, seed_alerts, stop_periodic_jobs, tiny_scenario
+from dashboard_seed import costed_store, seed_alerts, stop_periodic_jobs, tiny_scenario
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TINY_RANGE = {"range": "custom", "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T10:05:00Z"}
@@ -54,10 +54,7 @@ def tiny_app(tiny_store):
 
 @pytest.fixture(scope="module")
 def big():
-    store = new_store()
-    stop_periodic_jobs(store)
-    seeded = generate(store, tasks=600, hours=1)
-    run_cost_jobs(store, seeded.start, seeded.end)
+    store, seeded = costed_store(tasks=600)
     assert seed_alerts(store, seeded)
     store_provider.set_store(store)
     yield store, seeded

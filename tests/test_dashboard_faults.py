@@ -10,8 +10,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import auth, fmt, store_provider
-from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, stop_periodic_jobs
+from conftest import drop_store
+from dashboard_seed import costed_store
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 RANGE = {"range": "1h", "end": "2026-11-02T11:00:00Z"}
@@ -19,10 +19,7 @@ RANGE = {"range": "1h", "end": "2026-11-02T11:00:00Z"}
 
 @pytest.fixture(scope="module")
 def seeded():
-    store = new_store()
-    stop_periodic_jobs(store)
-    out = generate(store, tasks=300, hours=1)
-    run_cost_jobs(store, out.start, out.end)
+    store, out = costed_store(tasks=300)
     store_provider.set_store(store)
     yield store, out
     store_provider.clear()

@@ -15,8 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, stop_periodic_jobs
+from conftest import drop_store
+from dashboard_seed import costed_store
 from infercost.api import APIServer, QueryAPI
 from infercost.costmetrics import CostCollector, exposition
 from schema.queries import cost
@@ -26,10 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def served():
-    store = new_store()
-    stop_periodic_jobs(store)
-    out = generate(store, tasks=200, hours=1)
-    run_cost_jobs(store, out.start, out.end)
+    store, out = costed_store(tasks=200)
     collector = CostCollector(store, clock=lambda: out.end)
     server = APIServer(QueryAPI(store, metrics=lambda: exposition(collector))).start()
     yield store, out, server

@@ -70,12 +70,9 @@ def build(store, calls: int, tasks: int, days: int) -> None:
 
 def run_cost(store, days: int, cost_hours: float) -> None:
     """Sync a 16-replica fleet and run the cost jobs over the last ``cost_hours`` hours of the data."""
-    try:
-        from schema.fleet import parse_fleet, sync_fleet
-        from schema.jobs import run_jobs, stop
-    except ImportError:
-        print("cost jobs not in this build: cost panels read empty tables")
-        return
+    from schema.fleet import parse_fleet, sync_fleet
+    from schema.jobs import run_jobs, stop
+
     stop(store)
     replicas = "\n".join(f"  r{i}: {{gpu_type: {'H100' if i < 8 else 'A100'}, gpu_count: 1}}" for i in range(16))
     sync_fleet(store, parse_fleet(
@@ -90,10 +87,8 @@ def run_cost(store, days: int, cost_hours: float) -> None:
 
 def roll_up_pending(store) -> None:
     """Roll up the cost tables' hours a store built before the hourly rollups (migration 0170) has."""
-    try:
-        from schema.jobs import roll_up_pending as pending
-    except ImportError:
-        return
+    from schema.jobs import roll_up_pending as pending
+
     t = time.perf_counter()
     rolled = pending(store, retention_days=3650)
     if rolled:
@@ -130,10 +125,8 @@ def panels(store, end: datetime, range_s: int):
         ("live", "finish_reasons (5 min)", lambda: ops.finish_reasons(store, w, end)),
         ("live", "fleet_tiles tenant filter", lambda: ops.fleet_tiles(store, w, end, {"tenant": "tenant3"})),
     ]
-    try:
-        from schema.queries import cost
-    except ImportError:
-        return out
+    from schema.queries import cost
+
     bucket_c = max(60, bucket_for(range_s, points=60))  # the cost page's trend bucket
     tri_window = auto_window(range_s)
     if hasattr(cost, "period_summaries"):  # the page's headline and its three breakdowns: one query

@@ -1,4 +1,4 @@
-"""Alerts on the cascade this product exists to catch, and on SLOs and ingestion (issue 7).
+"""Alerts on the cascade this product exists to catch, and on SLOs and ingestion.
 
 Position in the flow: serving -> collectors -> schema -> **alerts** (reads the store only through
 ``schema.queries.alerts``; imports nothing from serving/collectors/app/infercost).

@@ -18,7 +18,7 @@ class SeriesConfig:
     ``buckets`` buckets of ``bucket_s`` (24 x 1 min: the cascade's 10-min look-back plus a baseline
     before it). ``min_samples``: calls a per-bucket median needs (fewer: no figure for that bucket).
     ``min_same_type_peers``: a replica is compared with its GPU type when it has at least this many
-    same-type peers (issue 15: with fewer, a lone A100 among H100s or a pair of A100s, it is compared
+    same-type peers (with fewer, a lone A100 among H100s or a pair of A100s, it is compared
     with the fleet and judged against its own recent baseline)."""
 
     bucket_s: int = 60
@@ -32,9 +32,9 @@ class DegradationConfig:
     """Rule 1, replica degradation: a replica slower than its peers on its own work, or failing.
 
     Speed: the speed ratio (alerts/series.py: per-token decode and per-prompt-token prefill latency
-    against the median of its group, the smaller of the two) averaged over ``window_s`` (2 min, issue 7),
+    against the median of its group, the smaller of the two) averaged over ``window_s`` (2 min),
     weighted by calls. With >= ``SeriesConfig.min_same_type_peers`` same-type peers it FIREs at
-    ``ratio`` (1.5x, issue 7); otherwise the ratio is divided by the replica's own baseline (median of
+    ``ratio`` (1.5x); otherwise the ratio is divided by the replica's own baseline (median of
     its older buckets, at least ``baseline_buckets`` of them, frozen while the alert is active) and that
     quotient must reach ``ratio``. ``clear_ratio`` 1.2: the hysteresis band.
     Few calls: a bucket's figure needs ``SeriesConfig.min_samples`` calls, so a replica given 2-4 calls
@@ -60,7 +60,7 @@ class DegradationConfig:
     overloaded, not degraded); at least ``min_attempts`` attempts. Its peers: its GPU type's other
     replicas when it has any with ``min_attempts``, else every other replica (behind blind
     routing an overloaded fleet's A100s time out while its H100s answer, by design, not degradation).
-    A firing alert whose replica stops reporting stays firing in a no-data state (issue 15), and
+    A firing alert whose replica stops reporting stays firing in a no-data state, and
     resolves after ``no_data_resolve_s`` without data (30 min: a replica retired while degraded).
     """
 
@@ -85,7 +85,7 @@ class DegradationConfig:
 
 @dataclass
 class ReplicaDownConfig:
-    """Rule 8, replica down (issue 15): nothing from the replica's engine (no engine spans, no
+    """Rule 8, replica down: nothing from the replica's engine (no engine spans, no
     successful gateway attempt) over ``window_s`` while its scrape fails (``up`` = 0) or the gateway
     still sends it attempts that fail (connection refused, 5xx: it routes to it or keeps re-probing
     it after an ejection). A planned scale-down (out of the gateway's pool and of the scrape targets)
@@ -100,7 +100,7 @@ class ReplicaDownConfig:
 
 @dataclass
 class TelemetryConfig:
-    """Rule 9, per-replica telemetry health (issue 15), per source: ``spans`` (vLLM's llm_request) and
+    """Rule 9, per-replica telemetry health, per source: ``spans`` (vLLM's llm_request) and
     ``metrics`` (scraped gauges). A source is lost when the replica demonstrably serves (at least
     ``min_served`` successful gateway attempts, or engine spans / running requests from the other
     source, over ``window_s``) while that source sent nothing, having sent in the older buckets (a
@@ -116,7 +116,7 @@ class TelemetryConfig:
 
 @dataclass
 class RetryConfig:
-    """Rule 2, retry amplification (issue 7): retries per first attempt over ``window_s`` (5 min)
+    """Rule 2, retry amplification: retries per first attempt over ``window_s`` (5 min)
     >= ``ratio`` (1.3x) its baseline over the previous ``baseline_s`` (1 h) and >= ``min_rate`` (5%).
 
     Read from the client's ``task.attempt`` (retries of a step's call) and the gateway's attempts per
@@ -138,7 +138,7 @@ class RetryConfig:
 
 @dataclass
 class QueueConfig:
-    """Rule 3, queue growth (issue 7): fleet ``vllm:num_requests_waiting`` (sum of the replicas' means
+    """Rule 3, queue growth: fleet ``vllm:num_requests_waiting`` (sum of the replicas' means
     per series bucket) or the worst replica's engine queue-time p95 rising over ``windows`` consecutive
     buckets, to well above its own recent level.
 
@@ -173,7 +173,7 @@ class QueueConfig:
 
 @dataclass
 class SaturationConfig:
-    """Rule 4, saturation (issue 7): over ``window_s`` a replica's mean KV-cache use >= ``kv_ratio``
+    """Rule 4, saturation: over ``window_s`` a replica's mean KV-cache use >= ``kv_ratio``
     (90%, issue), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
     never 0, mean >= ``min_waiting``): it admits no more, whatever limit stopped it (``--max-num-seqs``,
     KV blocks, the token budget), so no launch value has to be configured; or, when given, its running
@@ -193,7 +193,7 @@ class SaturationConfig:
 
 @dataclass
 class CascadeConfig:
-    """Rule 5, cascading degradation, chained from step changes in the signals (issue 15), not from
+    """Rule 5, cascading degradation, chained from step changes in the signals, not from
     when other alerts started (a retry alert held up by bursts never restarts, and would never chain).
 
     Over the series' buckets (SeriesConfig):
@@ -269,7 +269,7 @@ def default_tiers() -> list[BurnTier]:
 
 @dataclass
 class SloConfig:
-    """Rule 6, SLO burn rate (issue 7) on task success and goodput over a ``period_s`` (30 d) SLO.
+    """Rule 6, SLO burn rate on task success and goodput over a ``period_s`` (30 d) SLO.
 
     ``success_target`` 0.99 and ``goodput_target`` 0.90 are our defaults (set yours). A tier whose
     factor >= 1 / (1 - target) could never fire (the error ratio would need to exceed 100%); it is
@@ -292,7 +292,7 @@ class SloConfig:
 
 @dataclass
 class IngestionConfig:
-    """Rule 7, ingestion health (issue 7): newest-row lag (span ends or gauge points) >= ``max_lag_s``
+    """Rule 7, ingestion health: newest-row lag (span ends or gauge points) >= ``max_lag_s``
     (2 min: 8 scrapes at the scraper's 15 s interval missed; an idle fleet is still scraped), receiver
     rejections since the last
     evaluation, a spool backlog >= ``spool_backlog_bytes`` (every accepted request passes through the

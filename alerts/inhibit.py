@@ -1,5 +1,5 @@
 """Inhibition and grouping: alerts another alert explains are recorded but not notified, as
-Alertmanager's inhibit rules do (issue 15, noise).
+Alertmanager's inhibit rules do (noise).
 
 - A firing cascade inhibits the alerts it explains: the culprit's replica degradation, retry
   amplification, queue growth and every replica's saturation. Its notification lists them as

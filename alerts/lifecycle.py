@@ -5,7 +5,7 @@ evidence, they do not create alerts). A FIRE verdict starts a pending alert; it 
 trigger held for the rule's ``for_s`` (Prometheus' ``for``). A pending alert that sees HOLD or
 CLEAR is cancelled. A firing alert stays firing on FIRE and HOLD (the band between the trigger and
 clear thresholds) and resolves only after CLEAR verdicts for ``resolve_after_s`` in a row.
-Missing data is not all-clear (issue 15): a firing alert whose rule says ``no_data`` about it, or
+Missing data is not all-clear: a firing alert whose rule says ``no_data`` about it, or
 says nothing about it at all, stays firing in a "no data" state with its last evidence (a
 ``no_data`` transition records it; ``data_back`` when data returns) and resolves only after
 ``no_data_resolve_s`` without data; a pending alert without data is cancelled.

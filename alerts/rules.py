@@ -1,4 +1,4 @@
-"""Fleet rules 2-4 of issue 7: retry amplification, queue growth, saturation (rule 1, replica
+"""Fleet rules 2-4: retry amplification, queue growth, saturation (rule 1, replica
 degradation, and the other per-replica rules are in alerts/rules_replica.py). Each rule is a pure function of query results (unit-testable with
 hand-computed inputs) plus a thin ``*_signals(store, now, config)`` that runs its named queries.
 

@@ -1,4 +1,4 @@
-"""Budget burn and spend anomaly (issue 17): money alerts beside the health rules.
+"""Budget burn and spend anomaly: money alerts beside the health rules.
 
 * ``budget_burn`` — per budget (fleet.yaml ``budgets:``, a tenant or task type, per UTC day or ISO
   week): FIRE when the spend so far, projected linearly to the end of the period, exceeds the budget

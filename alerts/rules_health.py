@@ -1,4 +1,4 @@
-"""Rules 6 and 7 of issue 7: SLO burn rates (task success, goodput) and ingestion health.
+"""Rules 6 and 7: SLO burn rates (task success, goodput) and ingestion health.
 
 Burn rate (SRE Workbook, "Alerting on SLOs"): error ratio / (1 - SLO target); a tier pages when
 both its long and short windows burn at >= its factor. A factor >= 1 / (1 - target) could never

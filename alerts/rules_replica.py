@@ -172,7 +172,7 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
         failures_low = rate < cfg.error_clear or rate < cfg.error_ratio / 2 * max(others_rate, cfg.error_floor)
         if speed is None and failures_low and not error_jump and not abandon and name in active:
             # it serves, but too few calls even over widen_s to judge its speed: no evidence either
-            # way, so an active alert keeps its last evidence (no-data state, issue 15) instead of clearing
+            # way, so an active alert keeps its last evidence (no-data state) instead of clearing
             out.append(Signal(RULE_DEGRADATION, name, Level.HOLD, "warning",
                               f"{replica_label(name)}: {judged_calls} call(s) with a speed figure in the last "
                               f"{cfg.widen_s}s, too few ({cfg.min_calls}) to judge its speed (last evidence kept)",

@@ -27,7 +27,7 @@ def series_bucket(range_s: float) -> int:
 
 def time_format(values) -> str:
     """A 24-hour axis label format for the span of ``values`` (times): '%H:%M' within a day, else the
-    date too (issue 17 fault 10: Vega's default was a 12-hour clock without AM/PM)."""
+    date too (Vega's default was a 12-hour clock without AM/PM)."""
     s = pd.to_datetime(pd.Series(values), errors="coerce").dropna()
     if len(s) and (s.max() - s.min()) > pd.Timedelta(days=1):
         return "%m-%d %H:%M"

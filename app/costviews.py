@@ -228,8 +228,8 @@ SUMMARY_CATEGORIES = [("idle_usd", "idle", "Idle GPUs"), ("unattributed_usd", "u
 
 
 def summary_waterfall(summary: dict, filtered: bool) -> list[dict]:
-    """Waterfall steps from ONE period-summary row, so every step is under the same filter (issue 17
-    fault 1: a filtered page used to subtract the fleet's idle and useful from the filtered spend).
+    """Waterfall steps from ONE period-summary row, so every step is under the same filter (a
+    filtered page must not subtract the fleet's idle and useful from the filtered spend).
 
     The row's categories add up to its spend (``spend = useful + retry + failed + pending +
     unattributed + idle``; with a filter the idle is the view's share of the fleet's idle, in

@@ -3,14 +3,16 @@
 The URL keeps the view so it can be shared: ``?range=1h`` (live: the last hour, ending now),
 ``?range=1h&end=2026-11-02T11:00:00Z`` (the hour ending then), ``?range=custom&start=…&end=…``,
 plus ``model=``, ``tenant=``, ``task_type=``. Times in the URL are UTC (ISO 8601, ``Z``); the
-widgets show the viewer's time zone. Parsing is in plain functions (:func:`parse_params`), the
-widgets in :func:`sidebar`.
+widgets show the viewer's time zone (:func:`viewer_tz`). Parsing is in plain functions
+(:func:`parse_params`), the widgets in :func:`sidebar`. The page helpers (``app.ui``) import this
+module, never the other way round.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import streamlit as st
 
@@ -121,14 +123,25 @@ def _params_now() -> dict:
     return {key: st.query_params.get(key) for key in st.query_params.keys()}
 
 
+def viewer_tz():
+    """The viewer's time zone (from the browser, ``st.context.timezone``), UTC when unknown."""
+    name = None
+    try:
+        name = st.context.timezone
+    except Exception:  # outside a browser session (tests, bare mode) there is no context
+        name = None
+    try:
+        return ZoneInfo(name) if name else timezone.utc
+    except ZoneInfoNotFoundError:
+        return timezone.utc
+
+
 def sidebar(option_values=None) -> Filters:
     """Render the sidebar filters, write them back to the URL and return them.
 
     ``option_values(start, end)`` returns ``{"models", "tenants", "task_types"}`` lists offered in
     the selectors (values from the URL are always offered too).
     """
-    from app.ui import viewer_tz
-
     tz = viewer_tz()
     state = st.session_state
     if "_filters_init" not in state:

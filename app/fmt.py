@@ -1,4 +1,5 @@
-"""Number formatting with units (USD, s/ms, tokens, %), shared by every page. No Streamlit here."""
+"""Number formatting with units (USD, s/ms, tokens, %), shared by every page; the weekly review prints
+money with :func:`usd` too. No Streamlit here."""
 
 from __future__ import annotations
 
@@ -49,8 +50,11 @@ def pct(value, signed: bool = False) -> str:
 
 
 def usd(value, signed: bool = False) -> str:
-    """Dollars: '$1,234.56', small amounts with more digits ('$0.0042')."""
-    if _missing(value):
+    """Dollars, the one money format of the dashboard and the weekly review: '$1,234.56' from $1,
+    four decimals below $1 ('$0.2500') and five below one cent ('$0.00420'), so a cost per successful
+    task of a fraction of a cent keeps three significant digits. ``signed``: '+' on a positive
+    amount (a change). '—' when missing or infinite."""
+    if _missing(value) or math.isinf(float(value)):
         return DASH
     v = float(value)
     sign = "+" if signed and v > 0 else "-" if v < 0 else ""

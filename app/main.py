@@ -2,7 +2,7 @@
 
 Run by Streamlit (``app.server.serve`` or ``streamlit run app/main.py`` after
 ``app.store_provider.set_store``). Pages live in ``app/views/`` (not ``pages/``: Streamlit would serve
-that folder as raw pages on a cold server, before this router ever ran: issue 17 fault 4); logic in
+that folder as raw pages on a cold server, before this router ever ran); logic in
 plain modules.
 """
 

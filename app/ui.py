@@ -15,17 +15,17 @@ import os
 import secrets
 import threading
 from datetime import datetime, timezone
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pandas as pd
 import streamlit as st
 from altair.utils.schemapi import disable_debug_mode
 
 from app import store_provider
+from app.filters import PRESETS, viewer_tz  # noqa: F401 - viewer_tz: the pages call ui.viewer_tz
 
 log = logging.getLogger("app")
 
-LIVE_TTL_S = 5  # live tiles refresh every 5 s (issue 6), so results older than that are useless
+LIVE_TTL_S = 5  # live tiles refresh every 5 s, so results older than that are useless
 SLOW_TTL_S = 60  # cost pages: the cost job itself runs about once a minute
 
 # Altair's "debug mode" validates every schema object against the Vega-Lite JSON schema as it is
@@ -194,23 +194,8 @@ def optional_function(path: str):
         return None
 
 
-def viewer_tz():
-    """The viewer's time zone (from the browser, ``st.context.timezone``), UTC when unknown."""
-    name = None
-    try:
-        name = st.context.timezone
-    except Exception:  # outside a browser session (tests, bare mode) there is no context
-        name = None
-    try:
-        return ZoneInfo(name) if name else timezone.utc
-    except ZoneInfoNotFoundError:
-        return timezone.utc
-
-
 def range_label(view) -> str:
     """'last 7 days', or 'custom range' for a view's filters."""
-    from app.filters import PRESETS
-
     return PRESETS[view.preset][0].lower() if view.preset in PRESETS else "custom range"
 
 

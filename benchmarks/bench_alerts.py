@@ -10,7 +10,7 @@ replicas, the Azure 2023 and Mooncake traces with their own bursty arrivals or s
 true cascades, look-alikes, replica down, telemetry loss, SLO burns, flapping, no-fault fleets),
 each simulated by the emulator's virtual-time fleet, ingested into a fresh in-memory store and
 replayed through ``alerts.evaluator.Evaluator`` every 30 virtual seconds (score.py explains the
-verdicts). Baseline (baseline.py): the issue-7 rules on the same series at the same times.
+verdicts). Baseline (baseline.py): the rules these replaced, on the same series at the same times.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _line(j: score.Judged, o) -> str:
 def _baseline(rule: str, b: dict, key: str, r: dict) -> str:
     if rule in score.BASELINE_RULES:
         return _fmt(b.get(key))
-    if rule in score.NEW_RULES:  # issue 7 had no such rule: it detected nothing
+    if rule in score.NEW_RULES:  # the replaced rules had no such rule: it detected nothing
         return "0.00" if key == "recall" and r.get("expected") else "no rule"
     return "same rule"
 
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     base = [score.judge(o, baseline=True) for o in outcomes]
     summary, bsum = score.summarize(judged), score.summarize(base)
     wall = time.perf_counter() - wall0
-    print(f"\nper rule ({args.half} half; baseline = the issue-7 rules on the same series, same run):")
+    print(f"\nper rule ({args.half} half; baseline = the replaced rules on the same series, same run):")
     print(f"{'rule':24} {'precision':>9} {'recall':>7} {'TP':>3} {'FP':>3} {'allowed':>7} {'expected':>8} "
           f"{'TTD median':>10} | {'baseline P':>10} {'baseline R':>10}")
     for rule in sorted(set(summary["rules"]) | set(bsum["rules"])):

@@ -14,12 +14,12 @@ for the default view (the last hour) and the wide views (24 h, 7 d), and the ful
 panels: chDB serialises queries). The baseline, measured in the same run, is the naive fleet tile:
 quantiles over every engine call ever stored (lifetime full scan); ratio = panel p95 / baseline p95.
 
-Goal (issue 6): p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
+Goal: p95 <= 150 ms per panel query and <= 1 s per full page on 2 cores. Other work may
 share those cores while this runs: figures are pessimistic.
 
 ``--scripts all`` (or a list of pages) times instead what each page really issues: its whole script
 in-process (streamlit.testing), Streamlit's caches cleared before each run, every store call's SQL
-time by tag (issue 18: SQL per page = the sum over its calls). ``--data-dir <demo data dir> --end
+time by tag (SQL per page = the sum over its calls). ``--data-dir <demo data dir> --end
 <its last minute>`` runs that on a stopped demo's store instead of the generated one:
 
     .venv/bin/python benchmarks/bench_dashboard.py --calls 10000000 --tasks 1000000 --cost-hours 168 \
@@ -70,12 +70,9 @@ def build(store, calls: int, tasks: int, days: int) -> None:
 
 def run_cost(store, days: int, cost_hours: float) -> None:
     """Sync a 16-replica fleet and run the cost jobs over the last ``cost_hours`` hours of the data."""
-    try:
-        from schema.fleet import parse_fleet, sync_fleet
-        from schema.jobs import run_jobs, stop
-    except ImportError:
-        print("cost jobs not in this build: cost panels read empty tables")
-        return
+    from schema.fleet import parse_fleet, sync_fleet
+    from schema.jobs import run_jobs, stop
+
     stop(store)
     replicas = "\n".join(f"  r{i}: {{gpu_type: {'H100' if i < 8 else 'A100'}, gpu_count: 1}}" for i in range(16))
     sync_fleet(store, parse_fleet(
@@ -90,10 +87,8 @@ def run_cost(store, days: int, cost_hours: float) -> None:
 
 def roll_up_pending(store) -> None:
     """Roll up the cost tables' hours a store built before the hourly rollups (migration 0170) has."""
-    try:
-        from schema.jobs import roll_up_pending as pending
-    except ImportError:
-        return
+    from schema.jobs import roll_up_pending as pending
+
     t = time.perf_counter()
     rolled = pending(store, retention_days=3650)
     if rolled:
@@ -130,10 +125,8 @@ def panels(store, end: datetime, range_s: int):
         ("live", "finish_reasons (5 min)", lambda: ops.finish_reasons(store, w, end)),
         ("live", "fleet_tiles tenant filter", lambda: ops.fleet_tiles(store, w, end, {"tenant": "tenant3"})),
     ]
-    try:
-        from schema.queries import cost
-    except ImportError:
-        return out
+    from schema.queries import cost
+
     bucket_c = max(60, bucket_for(range_s, points=60))  # the cost page's trend bucket
     tri_window = auto_window(range_s)
     if hasattr(cost, "period_summaries"):  # the page's headline and its three breakdowns: one query
@@ -175,7 +168,7 @@ def page_scripts(store, end: datetime, ranges: list[str], pages: list[str], reps
     script time, not the SQL sum, shows what running them at once saves.
 
     Queries run at once share the 2 cores, so each one's time in that sum includes waiting for the
-    other: the sum overstates the page's SQL. "alone" is the issue's own measure (issue 18: "sum of panel
+    other: the sum overstates the page's SQL. "alone" is the issue's own measure ("sum of panel
     p50s"): every read statement of the page's last run, run again by itself ``reps`` times on the one
     client after the page's runs (the same SQL and parameters), the p50 of each, summed."""
     import streamlit as st

@@ -19,7 +19,7 @@ target and round:
    Llama-3.1-8B profile) at 1, 16 and 64 concurrent streams (closed loop). Added TTFT = the
    target's p50 minus direct's p50 of the same round.
 2. Maximum requests/s: closed loop at 128 concurrent tiny streamed requests (1 output token) for a
-   fixed time against a zero-work scripted upstream (``serving.gateway.stub``), so the proxy, not
+   fixed time against a zero-work scripted upstream (``tests/stub_upstream.py``), so the proxy, not
    the engine model, is the limit; and the proxy's CPU per request: user + system CPU seconds of
    the proxy's process tree (/proc; vllm-router's Rust code runs inside its launcher process) over
    the requests served.
@@ -67,7 +67,7 @@ STUB_SCRIPT = """
 import json, sys
 sys.path.insert(0, {root!r})
 from serving.gateway.server import ServerThread
-from serving.gateway.stub import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream
 stubs = [ServerThread(StubUpstream(f"stub-{{i}}", lambda req, h: Behaviour(tokens=req.get("max_tokens", 1))), log_level="error").start()
          for i in range({n})]
 print(json.dumps([s.url for s in stubs]), flush=True)
@@ -493,7 +493,7 @@ def main() -> int:
                 print(f"| {conc} | {med(v[0] for v in vals):.3f} | {med(v[1] for v in vals):.3f} |")
 
         if "gateway" in targets and "vllm-router" in targets:
-            print("\n## Gateway vs vllm-router (same run; goals of issue 18)")
+            print("\n## Gateway vs vllm-router (same run; against the goals)")
             g, r = med(x["rps"] for x in rps["gateway"]), med(x["rps"] for x in rps["vllm-router"])
             print(f"- requests/s: gateway / vllm-router = {g / r:.2f} (goal >= 1.00)")
             gc, rc = med(cpu["gateway"]), med(cpu["vllm-router"])

@@ -1,7 +1,7 @@
 """Page load times of the dashboard in headless Chromium: every page at 1 h and 7 days, p50 / p95.
 
 "Loaded" = the page's title is drawn, Streamlit shows no running script, skeleton or spinner for one
-second, and every chart on the page has drawn its canvas/SVG. Issue 17's goal: every page <= 1.5 s
+second, and every chart on the page has drawn its canvas/SVG. The goal: every page <= 1.5 s
 p95 on the 7-day demo store on 2 cores. Baseline, measured in the same run: the live page over a
 range with no data (Streamlit, the router and the sidebar; no figures).
 

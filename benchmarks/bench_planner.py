@@ -10,7 +10,7 @@ tasks with the diurnal curve, the peak-hour incident, the cost jobs), built once
 
 Measured in one run:
 
-* the planner (``infercost.planner.run.plan``): extraction, backtest, Mélange profiling and the
+* the planner (``planner.run.plan``): extraction, backtest, Mélange profiling and the
   search until ``--candidates`` candidates were replayed (each: virtual-time simulation, ingest,
   cost jobs over the whole period), on ``--workers`` processes: wall seconds and CPU seconds
   (this process + its workers);
@@ -72,12 +72,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    from infercost.planner import report
-    from infercost.planner.candidates import current_candidate
-    from infercost.planner.config import PlanConfig, SearchSpec, fleet_base
-    from infercost.planner.extract import extract_workload
-    from infercost.planner.pool import Evaluator
-    from infercost.planner.run import measured_figures, plan
+    from planner import report
+    from planner.candidates import current_candidate
+    from planner.config import PlanConfig, SearchSpec, fleet_base
+    from planner.extract import extract_workload
+    from planner.pool import Evaluator
+    from planner.run import measured_figures, plan
     from schema.queries import planner as pq
 
     store, settings, start, end = demo_store(args.days)

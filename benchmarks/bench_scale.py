@@ -91,7 +91,7 @@ def run_size(n: int, reps: int, bodies: list[bytes]) -> dict:
             "  A100:\n    prices:\n      - {usd_per_gpu_hour: 1.80, valid_from: 2025-01-01}\n"
             f"replicas:\n{replicas}\n"))
         # wall seconds (elapsed_s): total_seconds sums the workers' statements and overstated both
-        # figures before issue 18's jobs branch
+        # figures before the jobs were re-planned
         cpu0 = time.process_time()
         with bench_cost.PeakRSS() as rss:  # chDB runs in this process: its memory is ours
             recompute_s = jobs.run_jobs(store, start=end - timedelta(days=DAYS), end=end,

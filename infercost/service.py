@@ -187,7 +187,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, settings: Settings, what: str, token_only: bool = False) -> None:
-    """Refuse to serve ``what`` on a non-loopback ``host`` without authentication (issue 14 item 7),
+    """Refuse to serve ``what`` on a non-loopback ``host`` without authentication,
     unless ``allow_unauthenticated`` says so. Raises ValueError with what to set."""
     protected = bool(settings.auth_token) or (not token_only and (bool(settings.auth_basic) or oidc_configured()))
     if is_loopback(host) or protected or settings.allow_unauthenticated:

@@ -22,6 +22,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 def main() -> None:
     from dashboard_seed import generate, run_cost_jobs, seed_alerts
     from schema.migrate import migrate
+    from schema.queries import cost
     from schema.store import connect
 
     from app.server import serve
@@ -33,13 +34,11 @@ def main() -> None:
     migrate(store, retention_days=3650)
     seeded = generate(store, tasks=tasks, hours=1, names=names)
     task = ""
-    if run_cost_jobs(store, seeded.start, seeded.end):
-        from schema.queries import cost
-
-        tasks = cost.tasks_table(store, seeded.start, seeded.end, None, 5000)
-        tasks = tasks[(tasks["outcome"] == "success") & (tasks["retry_waste_usd"] > 0)]
-        if len(tasks):
-            task = str(tasks.sort_values(["attempts", "task_id"], ascending=[False, True]).iloc[0]["task_id"])
+    run_cost_jobs(store, seeded.start, seeded.end)
+    tasks = cost.tasks_table(store, seeded.start, seeded.end, None, 5000)
+    tasks = tasks[(tasks["outcome"] == "success") & (tasks["retry_waste_usd"] > 0)]
+    if len(tasks):
+        task = str(tasks.sort_values(["attempts", "task_id"], ascending=[False, True]).iloc[0]["task_id"])
     seed_alerts(store, seeded, replica=names.get("r3", "r3"), cascade=True)
     # READY <url> <start> <end> <a task with retries, for the drill-down screenshot>
     print(f"READY http://127.0.0.1:{port} {seeded.start.isoformat()} {seeded.end.isoformat()} {task}", flush=True)

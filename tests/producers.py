@@ -1,7 +1,7 @@
 """Telemetry from the real producers, landed through the public path (tests import these; no tests here).
 
 * :class:`Rig`: the OTLP/HTTP receiver (port 0) writing into a store, scripted upstreams
-  (:mod:`serving.gateway.stub`), the real gateway and the real task SDK exporting to that receiver.
+  (:mod:`tests.stub_upstream`), the real gateway and the real task SDK exporting to that receiver.
 * :func:`ingest_sdk_spans`: spans made with the OpenTelemetry SDK, encoded by its own OTLP encoder
   and stored by :func:`collectors.ingest.ingest_traces` (the receiver's insert path).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from collectors import receiver as receiver_mod
 from collectors.ingest import ingest_traces
 from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
-from serving.gateway.stub import StubUpstream
+from tests.stub_upstream import StubUpstream
 from serving.plans import RetryPolicy
 from serving.sdk import InstrumentedOpenAI, make_tracer_provider
 

@@ -1,4 +1,4 @@
-"""The cascade's culprit on hand-made series rows (issue 41 item 7): an overloaded fleet with no replica
+"""The cascade's culprit on hand-made series rows: an overloaded fleet with no replica
 slower than its peers is no cascade; the replica that then slows is named; an open cascade whose
 evidence now points at another replica is re-named. Figures computed by hand."""
 
@@ -54,7 +54,7 @@ def _fleet(overload_from: int | None = 9, r4_late: int = 0, slow: str | None = N
 
 
 def test_an_overloaded_fleet_without_a_slower_replica_is_no_cascade():
-    """Issue 41: before any fault the A100s time out (blind routing fills them first), retries go up
+    """Before any fault the A100s time out (blind routing fills them first), retries go up
     30%, queues grow: the old rule named an A100 (its abandonment stepped up, its load no more than the
     fleet's) as the culprit of a cascade. Against its own GPU type it times out alike: no candidate."""
     c = AlertConfig().cascade

@@ -135,7 +135,7 @@ def test_cascade_end_to_end_recorded_and_notified(store):
 
 
 def test_open_cascade_naming_a_replica_without_evidence_is_resolved_and_refired_on_the_culprit(store):
-    """Issue 41: an open cascade whose evidence now points at another replica re-names it. The state an
+    """An open cascade whose evidence now points at another replica re-names it. The state an
     older rule left (a cascade opened at 12:06 on r1, a healthy replica, restored after an upgrade), then
     the hand-made timeline: r2 slows from minute 6. The wrong cascade is kept while nothing else is
     known (its clear countdown runs: retries and queues are still clear at minutes 7-8); at minute 9 the

@@ -201,7 +201,7 @@ def test_lone_gpu_type_is_judged_against_its_own_baseline():
 
 
 def test_alert_text_names_a_replica_once():
-    """Issue 17 fault 10: "replica replica-2" in alert text."""
+    """Alert text names a replica "replica replica-2", its id as the spans carry it."""
     from alerts.cascade import actions
     from alerts.model import replica_label
 
@@ -288,7 +288,7 @@ def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judge
 
 
 def test_degradation_from_abandoned_work_compares_a_replica_with_its_gpu_type():
-    """Issue 41: behind blind routing an overloaded fleet's two A100s time out (80% given up on, 2 engine
+    """Behind blind routing an overloaded fleet's two A100s time out (80% given up on, 2 engine
     spans each a minute: no speed figure) while the H100s answer everything. Each A100 answers as its
     type's other replica: not degraded (against the H100s' median, 100% >= 3 x 20%, it was). One A100
     timing out alone while the other answers everything is."""
@@ -336,7 +336,7 @@ def test_queue_growth_against_its_own_level():
 
 
 def test_queue_growth_has_an_absolute_floor_of_requests_waiting():
-    """Issue 41: a healthy fleet's worst queue-time p95 rose 0.4 -> 0.8 -> 2.6 -> 5.5 s (a few long
+    """A healthy fleet's worst queue-time p95 rose 0.4 -> 0.8 -> 2.6 -> 5.5 s (a few long
     prompts queued behind each other) while 0.17 -> 0.67 -> 0.5 requests waited: queue growth fired.
     Below ``min_waiting`` (4) requests waiting in the fleet it never fires, whichever signal rose."""
     cfg = AlertConfig().queue

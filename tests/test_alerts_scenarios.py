@@ -1,6 +1,6 @@
 """The alert rules end to end on labelled scenarios of the generator (benchmarks/alert_scenarios):
 emulator telemetry -> in-process ingest -> the evaluator replayed every virtual minute (every 30 s
-for issue 41's two). Five short runs; the full labelled set (both halves) is
+for the two overload scenarios). Five short runs; the full labelled set (both halves) is
 ``benchmarks/bench_alerts.py``."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _firing(out, rule):
 
 
 def test_overloaded_fleet_is_no_cascade_and_the_replica_that_slows_is_named(store):
-    """Issue 41 item 7, the generator's ``overload_slow-3`` (evaluation half) cut to 20 minutes: 3 H100
+    """The generator's ``overload_slow-3`` (evaluation half) cut to 20 minutes: 3 H100
     + 2 A100 behind round robin at 1.26x their estimated capacity (the A100s' queues fill, clients time
     out after 10 s and retry, 3 attempts), then r0 (an H100) 5x slower from minute 12. The previous rule
     fired a cascade at minute 4.5 naming r2, a healthy H100, and kept it (evaluated every 30 s, as the

@@ -46,9 +46,7 @@ def served(tmp_path_factory):
 def _serve(tmp_path_factory, names: dict | None = None):
     """Serve tests/dashboard_serve.py's seeded store (``names``: its renames) from its own process;
     yields ``(url, task id with retries)`` and stops the process after."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip("Debian's chromium is not installed (make system-deps)")
-    pytest.importorskip("playwright.sync_api")
+    assert os.path.exists(CHROMIUM), "Debian's chromium is not installed (make system-deps)"
     port = _free_port()
     directory = tmp_path_factory.mktemp("dashboard_store")
     env = dict(os.environ, NO_PROXY="127.0.0.1,localhost")
@@ -123,9 +121,9 @@ def _charts(page) -> dict:
 
 
 def test_deep_link_loads_fully_on_a_cold_server(served, artifacts):
-    """Issue 17 fault 4: the FIRST request to a fresh server is a page URL with parameters (an alert
+    """The FIRST request to a fresh server is a page URL with parameters (an alert
     link): the page must load with the router's sidebar filters and wide layout, not Streamlit's raw
-    page list. (Runs first in this module, so the server has not served `/` yet.) Also issue 14 item 7:
+    page list. (Runs first in this module, so the server has not served `/` yet.) Also:
     a crafted task id in the URL stays text (no image fetched, no link)."""
     from playwright.sync_api import sync_playwright
 
@@ -206,7 +204,7 @@ def test_every_page_renders_in_chromium(served, artifacts):
 
 
 def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served, artifacts):
-    """Grafana parity (issue 17): dragging across the TTFT chart switches the page to that time range
+    """Grafana parity: dragging across the TTFT chart switches the page to that time range
     (in UTC in the URL, whatever the viewer's zone); the vLLM engine view draws its panels."""
     from datetime import datetime, timezone
     from urllib.parse import parse_qs, urlsplit

@@ -1,8 +1,8 @@
 """Every dashboard page rendered with streamlit.testing's AppTest over a seeded store.
 
 The numbers displayed must equal the named queries' own (formatted by app/fmt.py): the live page
-over the hand-checkable tiny scenario, every page over the generated scenario (and, when the cost
-jobs exist, the cost pages against ``schema.queries.cost``).
+over the hand-checkable tiny scenario, every page over the generated scenario, the cost pages against
+``schema.queries.cost``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 
 from app import fmt, store_provider
 from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, seed_alerts, stop_periodic_jobs, tiny_scenario
+from dashboard_seed import costed_store, seed_alerts, stop_periodic_jobs, tiny_scenario
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 TINY_RANGE = {"range": "custom", "start": "2026-11-02T10:00:00Z", "end": "2026-11-02T10:05:00Z"}
@@ -54,13 +54,10 @@ def tiny_app(tiny_store):
 
 @pytest.fixture(scope="module")
 def big():
-    store = new_store()
-    stop_periodic_jobs(store)
-    seeded = generate(store, tasks=600, hours=1)
-    has_cost = run_cost_jobs(store, seeded.start, seeded.end)
-    seed_alerts(store, seeded)
+    store, seeded = costed_store(tasks=600)
+    assert seed_alerts(store, seeded)
     store_provider.set_store(store)
-    yield store, seeded, has_cost
+    yield store, seeded
     store_provider.clear()
     drop_store(store)
 
@@ -131,7 +128,7 @@ def test_every_page_renders_over_the_generated_store(big):
 
 
 def test_every_vega_chart_is_drawn_on_a_canvas(big):
-    """Issue 18 item 3: Vega's default SVG renderer made every point, bar and heat-map cell a DOM element
+    """Vega's default SVG renderer made every point, bar and heat-map cell a DOM element
     (~5,500 on the live page at 7 days), which Chromium laid out and painted for seconds. Every Altair
     chart of every page asks for the canvas renderer in its top-level ``usermeta.embedOptions`` (what
     Streamlit's frontend passes to vega-embed); the data and encodings are unchanged."""
@@ -170,7 +167,7 @@ def test_every_vega_chart_is_drawn_on_a_canvas(big):
 
 
 def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
-    """Issue 18 item 3: the engine view's counters and histograms (~250 ms each at 7 days on the demo
+    """The engine view's counters and histograms (~250 ms each at 7 days on the demo
     store) and the overview's gauge series ran on every load although their tabs were hidden. Only the open
     tab's named queries run (app.ui.lazy_tabs); a link with ``?engine_tab=`` / ``?tab=`` runs that tab's."""
     import streamlit as st
@@ -199,7 +196,7 @@ def test_a_hidden_tab_of_the_live_page_runs_no_query(big, monkeypatch):
 
 
 def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
-    """Issue 18 item 3: the cost page built the chart and table of all three breakdowns (task type, tenant,
+    """The cost page built the chart and table of all three breakdowns (task type, tenant,
     model) on every load, two of them in hidden tabs. Only the open tab's are built (app.ui.lazy_tabs);
     ``?by=Tenant`` opens the tenant's, and each shows the rows of its own dimension."""
     from app import costviews
@@ -223,7 +220,7 @@ def test_the_cost_page_builds_only_the_open_breakdown(big, monkeypatch):
 
 
 def test_the_cost_page_draws_only_the_open_trend(big):
-    """Issue 18 item 3: the cost page drew its three trend charts (CPST, spend, successful tasks) side by
+    """The cost page drew its three trend charts (CPST, spend, successful tasks) side by
     side on every load, ~80-90 ms of the browser's time each. They are tabs now (app.ui.lazy_tabs): one
     chart is drawn, the open tab's, from the same one trend query; ``?trend=Spend`` opens the spend's."""
     import json
@@ -268,7 +265,7 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
 
     from schema.queries import ops
 
-    store, seeded, _ = big
+    store, seeded = big
     at = _app(BIG_RANGE)
     end = seeded.end
     t = ops.fleet_tiles(store, end - timedelta(minutes=5), end)
@@ -283,7 +280,6 @@ def test_live_page_matches_the_query_on_the_generated_store(big):
 
 
 def test_alerts_page_lists_active_alerts(big):
-    pytest.importorskip("schema.queries.alerts")
     at = _app(BIG_RANGE, "views/alerts.py")
     assert at.title[0].value == "Alerts"
     frames = [d.value for d in at.dataframe]
@@ -291,9 +287,7 @@ def test_alerts_page_lists_active_alerts(big):
 
 
 def test_cost_pages_show_the_cost_jobs_numbers(big):
-    store, seeded, has_cost = big
-    if not has_cost:
-        pytest.skip("the cost jobs (schema.jobs.run_jobs) are not in this build yet")
+    store, seeded = big
     from schema.queries import cost
 
     at = _app(BIG_RANGE, "views/cost.py")
@@ -319,7 +313,8 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
 @pytest.fixture
 def worked():
     """The cost issue's worked example (tests/test_cost_engine.py): spend $0.18, 2 successful tasks."""
-    example = pytest.importorskip("tests.test_cost_engine")
+    from tests import test_cost_engine as example
+
     store = new_store()
     stop_periodic_jobs(store)
     example._worked_example(store)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 import pytest
 
-from app import costviews, fmt, pareto
+from app import costviews, filters, fmt, pareto
 from app.filters import CUSTOM, Filters, parse_params, parse_time
 
 UTC = timezone.utc
@@ -52,6 +53,14 @@ def test_parse_time_naive_is_utc():
     assert parse_time("2026-11-02T10:00:00") == datetime(2026, 11, 2, 10, tzinfo=UTC)
     with pytest.raises(ValueError, match="ISO 8601"):
         parse_time("10 o'clock")
+
+
+def test_the_filters_import_no_page_helper():
+    # app.ui (the page helpers) reads the filters' presets; the filters must not import it back
+    tree = ast.parse(open(filters.__file__).read())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("app.") and m != "app.fmt"}, imported
 
 
 def test_pareto_frontier():
@@ -136,7 +145,7 @@ def test_quality_problems_are_sentences():
 
 
 def test_chart_selection_times_are_utc_instants():
-    """The zoom selection (issue 17 Grafana parity): Vega gives epoch ms of the true instant."""
+    """The zoom selection: Vega gives epoch ms of the true instant."""
     from datetime import datetime, timezone
 
     from app.ui import from_viewer
@@ -147,7 +156,7 @@ def test_chart_selection_times_are_utc_instants():
 
 
 def test_time_axes_use_a_24_hour_clock():
-    """Issue 17 fault 10: axis labels were a 12-hour clock without AM/PM."""
+    """Axis labels were a 12-hour clock without AM/PM."""
     import pandas as pd
 
     from app.charts import time_format
@@ -168,7 +177,7 @@ def test_time_axes_use_a_24_hour_clock():
 
 
 def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(monkeypatch):
-    """Issue 18 item 3: every shorthand string in an encoding went through Altair's ``from_dict``, which
+    """Every shorthand string in an encoding went through Altair's ``from_dict``, which
     rebuilt a hash table of all its schema classes each time (~6 ms; 36 a live-page load). The shared
     builders pass channel objects; the spec is the same. Altair's per-object checks are off in the
     dashboard (app.ui), but a drawn spec is still validated whole."""
@@ -222,7 +231,7 @@ def test_charts_build_without_shorthand_parsing_and_invalid_specs_still_raise(mo
 
 
 def test_a_chart_is_built_once_per_data_and_rebuilt_when_the_data_changes(monkeypatch):
-    """Issue 18 item 3: the live page reruns every 5 s, and its queries' results change once a minute; the
+    """The live page reruns every 5 s, and its queries' results change once a minute; the
     Altair objects of its charts were rebuilt and converted on every rerun (~60 % of the script's CPU with
     the queries cached). ``ui.cached_chart`` keeps each chart's Vega-Lite dict per builder and data: an
     equal frame (a new object, as a cached query returns) builds nothing, a changed value builds again, and

@@ -62,7 +62,7 @@ def test_cost_command_end_to_end_in_its_own_store(tmp_path):
     assert result.stderr.strip() == (f"Error: {negative}: invalid budgets: budgets.tenant.acme.usd_per_day must be a "
                                      "number > 0, got -100")
 
-    # Issue 17 fault 3: a read command never creates an empty store by accident; it says what to run.
+    # A read command never creates an empty store by accident; it says what to run.
     result = _run(["--since", "2h"], tmp_path)
     assert result.returncode == 1 and "no store at" in result.stderr and "nothing was created" in result.stderr
     assert not (tmp_path / "data" / "clickhouse").exists()

@@ -1,4 +1,4 @@
-"""Migrations 0180 and 0240 re-plan the cost-job views (issue 18, item 4): their rows must be the old ones.
+"""Migrations 0180 and 0240 re-plan the cost-job views: their rows must be the old ones.
 
 The views 0180 replaces (``job_resolved_calls``, ``job_reconciliation``, ``job_replica_spend``,
 ``job_tasks``) are

@@ -13,7 +13,7 @@ import pytest
 
 from collectors.ingest import ingest_traces
 from schema import jobs
-from serving.gateway.stub import Behaviour
+from tests.stub_upstream import Behaviour
 from serving.sdk import CallFailed, task
 from tests.producers import (MODEL, captured_spans, scrape, vllm_llm_request, vllm_metrics_page,
                              vllm_request)

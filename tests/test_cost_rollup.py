@@ -500,7 +500,7 @@ def test_tasks_table_is_the_newest_tasks_of_the_raw_rows(cstore):
 
 
 def test_budget_spend_from_the_rollups_is_the_raw_rows(cstore):
-    """``budget_status`` reads the week's rolled-up hours from the rollups (issue 18: it read a week of
+    """``budget_status`` reads the week's rolled-up hours from the rollups (it read a week of
     call pieces on every cost page): the same spend as the raw rows, mid-hour, on the hour, with the
     last hour incomplete, and the next day (the week's spend, none in the day)."""
     from schema.budgets import Budget, sync_budgets

@@ -1,4 +1,4 @@
-"""Cost truth on real telemetry shapes (issue 12): each kind of fault with its right value, by hand.
+"""Cost truth on real telemetry shapes: each kind of fault with its right value, by hand.
 
 Spans in their producers' shapes (tests/test_cost_support.py: vLLM 0.32's llm_request, our gateway's
 and SDK's attempts) through the receiver's ingest path; metrics as vLLM 0.32 pages
@@ -387,7 +387,7 @@ def test_mixed_reserved_data_parallel_utilisation_and_unspanned_work(cstore):
 
 
 def test_token_gap_is_exact_at_range_edges_and_a_series_first_minute(cstore):
-    # issue 13: the gap read 17.2 % where it was ~0.7 %: a counter series' first minute and the edges of
+    # The gap read 17.2 % where it was ~0.7 %: a counter series' first minute and the edges of
     # the window must not drop tokens. Each minute m: a call at m:10-m:50 (prompt 100, output 40), a
     # scrape at m:55 counting exactly those; the engine (and its series) started at T0.
     sync(cstore, fleet_yaml())

@@ -1,5 +1,5 @@
-"""Issue 17's dashboard faults, each with the value it must show (AppTest over a seeded store), and
-issue 14 item 7 (what a viewer may see: text not Markdown, errors with ids, the login gate)."""
+"""Dashboard faults, each with the value it must show (AppTest over a seeded store), and what a viewer
+may see (text not Markdown, errors with ids, the login gate)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import auth, fmt, store_provider
-from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, stop_periodic_jobs
+from conftest import drop_store
+from dashboard_seed import costed_store
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 RANGE = {"range": "1h", "end": "2026-11-02T11:00:00Z"}
@@ -19,12 +19,9 @@ RANGE = {"range": "1h", "end": "2026-11-02T11:00:00Z"}
 
 @pytest.fixture(scope="module")
 def seeded():
-    store = new_store()
-    stop_periodic_jobs(store)
-    out = generate(store, tasks=300, hours=1)
-    has_cost = run_cost_jobs(store, out.start, out.end)
+    store, out = costed_store(tasks=300)
     store_provider.set_store(store)
-    yield store, out, has_cost
+    yield store, out
     store_provider.clear()
     auth.configure(None)
     drop_store(store)
@@ -54,9 +51,7 @@ def _waterfall(at: AppTest):
 
 
 def test_fault1_filtered_waterfall_stays_under_the_filter(seeded):
-    store, out, has_cost = seeded
-    if not has_cost:
-        pytest.skip("no cost jobs in this build")
+    store, out = seeded
     from schema.queries import cost
 
     filters = {"task_type": "copilot", "tenant": "acme"}
@@ -79,13 +74,11 @@ def test_fault1_filtered_waterfall_stays_under_the_filter(seeded):
     caption = " ".join(c.value for c in at.caption)
     assert f"idle {fmt.usd(fleet['idle_usd'])} of {fmt.usd(fleet['spend_usd'])} spend" in caption
     assert fleet["spend_usd"] > s["spend_usd"]
-    assert not at.get("plotly_chart")  # no Plotly bundle for the cost page (issue 18 item 3)
+    assert not at.get("plotly_chart")  # no Plotly bundle for the cost page
 
 
 def test_fault8_tasks_drilldown_follows_the_task_id_not_the_row(seeded):
-    store, out, has_cost = seeded
-    if not has_cost:
-        pytest.skip("no cost jobs in this build")
+    store, out = seeded
     from schema.queries import cost
 
     tasks = cost.tasks_table(store, out.start, out.end, None, 1000)
@@ -108,7 +101,7 @@ def test_fault9_live_panels_state_their_window(seeded):
     assert any(s.startswith("Latency and load over time") and "whole range" in s for s in subheaders), subheaders
 
 
-def test_issue14_user_strings_are_text_not_markdown(seeded):
+def test_user_strings_are_text_not_markdown(seeded):
     evil = "[log in again](javascript:alert(1)) ![x](http://198.51.100.1/x.png) <script>alert(1)</script>"
     at = _app(RANGE | {"task": evil}, "views/tasks.py")
     assert at.subheader[0].value == f"Task {fmt.md_escape(evil)}"
@@ -119,7 +112,7 @@ def test_issue14_user_strings_are_text_not_markdown(seeded):
     assert "nope\\[x\\](http:\u2060//198.51.100.1)" in warnings
 
 
-def test_issue14_a_failing_page_shows_an_error_id_not_a_traceback(seeded, monkeypatch, caplog):
+def test_a_failing_page_shows_an_error_id_not_a_traceback(seeded, monkeypatch, caplog):
     from schema.queries import cost
 
     def broken(*args, **kwargs):
@@ -134,7 +127,7 @@ def test_issue14_a_failing_page_shows_an_error_id_not_a_traceback(seeded, monkey
     assert any(error_id in r.getMessage() and r.exc_info for r in caplog.records)
 
 
-def test_issue14_token_gate_shows_nothing_before_login(seeded):
+def test_token_gate_shows_nothing_before_login(seeded):
     auth.configure(auth.AuthConfig(token="s3cret"))
     try:
         at = _app(RANGE)

@@ -211,7 +211,7 @@ def test_multi_day_ranges_read_the_hour_rollup(tiny):
 
 
 def test_client_caused_errors_are_not_replica_errors():
-    """Issue 17 fault 7: calls the client cancelled (a shutdown, a user leaving) are labelled by the
+    """Calls the client cancelled (a shutdown, a user leaving) are labelled by the
     gateway `client_disconnect` / the SDK `cancelled` and must not make a replica look degraded."""
     from datetime import timedelta
 

@@ -84,8 +84,8 @@ def test_dashboard_command_rejects_a_bad_store_url(tmp_path):
 
 
 def test_dashboard_refuses_a_public_bind_without_auth_and_a_missing_store(tmp_path):
-    """Issue 14 item 7: no unauthenticated dashboard on a non-loopback address unless told; issue 17
-    fault 3: no empty store created by accident."""
+    """No unauthenticated dashboard on a non-loopback address unless told; no empty
+    store created by accident."""
     env = dict(os.environ, INFERCOST_DATA_DIR=str(tmp_path / "data"))
     env.pop("INFERCOST_CLICKHOUSE_URL", None)
     env.pop("INFERCOST_AUTH_TOKEN", None)

@@ -1,4 +1,4 @@
-"""Once only (issue 12 item 7): a span delivered twice is counted once, whatever the delivery.
+"""Once only: a span delivered twice is counted once, whatever the delivery.
 
 The telemetry is produced by the real producers — task SDK -> gateway -> emulated vLLM replicas —
 and captured as the raw OTLP/HTTP requests they sent (a capturing endpoint stands in for the
@@ -36,12 +36,10 @@ from schema.queries import alerts as alert_queries
 from schema.queries import cost as cost_queries
 from schema.queries import ops
 from schema.store import StoreUnavailable
-
-live = pytest.importorskip("serving.emulator.live")
-
-from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream  # noqa: E402
-from serving.plans import RetryPolicy  # noqa: E402
-from serving.sdk import CallFailed, InstrumentedOpenAI, make_tracer_provider, task  # noqa: E402
+from serving.emulator import live
+from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
+from serving.plans import RetryPolicy
+from serving.sdk import CallFailed, InstrumentedOpenAI, make_tracer_provider, task
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 PB = "application/x-protobuf"

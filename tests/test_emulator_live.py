@@ -303,7 +303,7 @@ def test_kv_cut_preemptions_show_in_metrics(replica):
 
 
 def test_slowdown_ends_at_its_until_time(replica):
-    """Issue 17 fault 6: a slowdown announced for N seconds ends after N seconds (it used to last forever)."""
+    """A slowdown announced for N seconds ends after N seconds (it used to last forever)."""
     import time
 
     # 2 s: long enough that the reads below see it on a loaded host (0.3 s ended before them there).

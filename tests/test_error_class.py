@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from schema import jobs
 from schema import semconv as sc
-from serving.gateway.stub import Behaviour
+from tests.stub_upstream import Behaviour
 from serving.sdk import CallFailed, task
 from tests.producers import MODEL, free_port, ingest_sdk_spans
 

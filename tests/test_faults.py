@@ -1,4 +1,4 @@
-"""Fault injection: no acknowledged span is lost (issue 14, "Done when").
+"""Fault injection: no acknowledged span is lost ("Done when").
 
 Each test runs the receiver in its own process on its own embedded store, drives it with OTLP/HTTP
 requests of vLLM ``llm_request`` spans (the shape captured from vLLM 0.32), injects one fault —

@@ -1,6 +1,6 @@
 """Gateway: routing, retry budget, admission, streaming passthrough, spans and /metrics.
 
-Pure parts with a fake clock; the proxy against scripted in-process upstreams (serving.gateway.stub),
+Pure parts with a fake clock; the proxy against scripted in-process upstreams (tests/stub_upstream.py),
 spans into an in-memory exporter.
 """
 
@@ -22,7 +22,7 @@ from serving.gateway.admission import Admission, Rejected
 from serving.gateway.budget import RetryBudget
 from serving.gateway.routing import Router
 from serving.gateway.scraper import parse_load
-from serving.gateway.stub import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream
 from serving.sdk.context import inject_headers, with_task_baggage
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,

@@ -1,6 +1,6 @@
-"""Gateway under upstream faults (issue 14 item 8): a replica that accepts connections and never
+"""Gateway under upstream faults: a replica that accepts connections and never
 answers, a stream that goes silent, malformed upstream data, a client that leaves early, outlier
-ejection. Real gateway, scripted upstreams (serving.gateway.stub) and a raw listening socket that
+ejection. Real gateway, scripted upstreams (tests/stub_upstream.py) and a raw listening socket that
 never answers; spans into an in-memory exporter. Times are bounded loosely (shared CI cores)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from schema import semconv as sc
 from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
-from serving.gateway.stub import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 

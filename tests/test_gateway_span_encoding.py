@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.trace import set_span_in_context
 
-from serving.sdk.span_encoding import encode_spans_bytes
+from serving.otlp_encoding import encode_spans_bytes
 
 
 def _spans():

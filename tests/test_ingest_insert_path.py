@@ -1,4 +1,4 @@
-"""Issue 18 item 1: the span insert path without the client library's temp-file copy, and skip
+"""The span insert path without the client library's temp-file copy, and skip
 indexes built at merge instead of at insert, give the same ``llm_calls`` rows as before.
 
 "Before" is the path that shipped: the client library's ``raw_insert`` (it copies the body into a

@@ -1,5 +1,5 @@
-"""The explicit runner sends its statements with the job views written out (schema/jobs/inline.py,
-issue 18 item 4), without the arms an explicit run reads no row from (``explicit_queries``): the rows
+"""The explicit runner sends its statements with the job views written out (schema/jobs/inline.py),
+without the arms an explicit run reads no row from (``explicit_queries``): the rows
 must be the views' rows.
 
 Every job view the runner's statements read is compared, as the runner sends it (the view replaced by

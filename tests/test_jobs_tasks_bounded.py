@@ -1,6 +1,6 @@
 """Migration 0280: ``job_tasks`` reads its rooted tasks' call pieces from their earliest root start
 and its rootless tasks' from ``task_lookback_s`` back, in two reads instead of one OR over the
-lookback (issue 18, item 4). A task must still get every piece of every call it made, wherever the
+lookback. A task must still get every piece of every call it made, wherever the
 window starts: a rooted task whose first attempt ran long before the window and whose retry ran
 inside it, and a rootless (abandoned) one likewise. Hand-computed figures, then the rows of 0180's
 view on the scenario of ``tests/test_cost_job_views.py`` and on this one.

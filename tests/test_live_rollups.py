@@ -1,4 +1,4 @@
-"""The live page's multi-day rollups (issue 18 item 3).
+"""The live page's multi-day rollups.
 
 * The live series' blocks (migration 0360, schema/jobs/run_series_blocks.sql): the multi-day series takes
   a bucket's t-digest quantiles from its block while the bucket's rows of ops_engine_hours have the

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 import pytest
 
-from infercost.planner.candidates import Candidate, Pool, current_candidate
-from infercost.planner.config import PlanConfig, PlanConfigError, fleet_base, parse_plan_config
-from infercost.planner.evaluate import Scratch, evaluate
-from infercost.planner.extract import extract_workload
-from infercost.planner.pool import Evaluator
+from planner.candidates import Candidate, Pool, current_candidate
+from planner.config import PlanConfig, PlanConfigError, fleet_base, parse_plan_config
+from planner.evaluate import Scratch, evaluate
+from planner.extract import extract_workload
+from planner.pool import Evaluator
 from planner_helpers import T0, measured_store
 from schema.queries import cost
 from schema.queries import planner as pq

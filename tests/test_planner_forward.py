@@ -17,8 +17,8 @@ import pytest
 from conftest import drop_store, new_store
 from infercost.backfill import BackfillPlan, hourly_plans
 from infercost.demo import MIX, REPLICAS, _retry_policy, demo_fleet_file, demo_profile
-from infercost.planner.config import PlanConfig, SearchSpec
-from infercost.planner.run import plan
+from planner.config import PlanConfig, SearchSpec
+from planner.run import plan
 from planner_helpers import ns
 from schema import jobs
 from schema.fleet import load_fleet, sync_fleet
@@ -72,7 +72,7 @@ def test_the_recommendation_realises_its_saving_on_another_week(tmp_path):
     assert run.saving_ratio > 0.2
     recommended = next(r for r in run.results if r.name == run.recommended)
     current = next(r for r in run.results if r.name == run.current)
-    from infercost.planner.candidates import Candidate, Pool
+    from planner.candidates import Candidate, Pool
     from serving.emulator.sim_control import AutoscaleRule
 
     def candidate(result):

@@ -10,11 +10,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from app import store_provider
-from infercost.planner import report, results
-from infercost.planner.candidates import Candidate, Pool
-from infercost.planner.evaluate import CandidateResult
-from infercost.planner.run import PlanResult, diagnose
-from infercost.planner.search import lever_candidates, neighbours
+from planner import report, results
+from planner.candidates import Candidate, Pool
+from planner.evaluate import CandidateResult
+from planner.run import PlanResult, diagnose
+from planner.search import lever_candidates, neighbours
 from schema.queries import planner as pq
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from infercost.planner.candidates import current_candidate
-from infercost.planner.extract import extract_workload
-from infercost.planner.workload import WorkloadError, resample
+from planner.candidates import current_candidate
+from planner.extract import extract_workload
+from planner.workload import WorkloadError, resample
 from planner_helpers import T0, measured_store
 from schema.queries import planner as pq
 from serving.emulator.faults import FaultEvent

@@ -1,7 +1,6 @@
-"""Issue 17 fault 3 (the CLI reads through the owning service's versioned query API; the answers are
-the named queries'), the Prometheus export of the cost figures, fault 5 (task ids unique per demo run)
-and fault 7 (a task cut off by a shutdown has no outcome: neither failure nor waste); issue 18: the
-dashboard's grouped cost queries equal the raw rows they summarise, recomputed in pandas."""
+"""The CLI reads through the owning service's versioned query API (the answers are the named
+queries'); the Prometheus export of the cost figures; task ids unique per demo run; a task cut off by
+a shutdown has no outcome (neither failure nor waste); the dashboard's grouped cost queries equal the raw rows they summarise, recomputed in pandas."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ import httpx
 import pandas as pd
 import pytest
 
-from conftest import drop_store, new_store
-from dashboard_seed import generate, run_cost_jobs, stop_periodic_jobs
+from conftest import drop_store
+from dashboard_seed import costed_store
 from infercost.api import APIServer, QueryAPI
 from infercost.costmetrics import CostCollector, exposition
 from schema.queries import cost
@@ -27,11 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def served():
-    store = new_store()
-    stop_periodic_jobs(store)
-    out = generate(store, tasks=200, hours=1)
-    if not run_cost_jobs(store, out.start, out.end):
-        pytest.skip("no cost jobs in this build")
+    store, out = costed_store(tasks=200)
     collector = CostCollector(store, clock=lambda: out.end)
     server = APIServer(QueryAPI(store, metrics=lambda: exposition(collector))).start()
     yield store, out, server
@@ -181,7 +176,7 @@ def _raw(store, table: str, start, end) -> pd.DataFrame:
 
 
 def test_one_query_holds_every_grouping_as_the_raw_rows_do(served):
-    """Issue 18: ``cost.period_summaries`` answers the cost page's headline and its three breakdowns in
+    """``cost.period_summaries`` answers the cost page's headline and its three breakdowns in
     one query; every figure recomputed in pandas from the raw rows of ``call_costs``,
     ``replica_minutes`` and ``tasks`` (the cost jobs' outputs over the seeded spans)."""
     store, out, _ = served
@@ -219,7 +214,7 @@ def test_one_query_holds_every_grouping_as_the_raw_rows_do(served):
 
 
 def test_replica_successes_are_the_distinct_successful_tasks_each_replica_ran(served):
-    """Issue 18: ``cost.replica_windows`` probes the call pieces against the window's successful tasks
+    """``cost.replica_windows`` probes the call pieces against the window's successful tasks
     instead of a DISTINCT over every piece; the counts recomputed in pandas from the raw rows."""
     store, out, _ = served
     start, end, window = out.start, out.end, 600

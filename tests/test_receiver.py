@@ -343,7 +343,7 @@ def _deep_kv(depth: int) -> bytes:
 
 
 def test_retention_future_nesting_keys_and_malformed_json(store, tmp_path):
-    """Issue 14 items 3 and 4, by hand: out-of-range times are named in partial_success (never a silent
+    """By hand: out-of-range times are named in partial_success (never a silent
     200); a 50-level attribute and a 1 MB key keep their span; malformed JSON is a 400 with a message."""
     import time
 

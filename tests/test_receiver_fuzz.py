@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the receiver (issue 14 item 4): over 1,000 generated bodies per run.
+"""Property-based fuzzing of the receiver: over 1,000 generated bodies per run.
 
 Bodies: random bytes, random JSON (any shape, nested deep, wrong types where OTLP expects lists or
 objects), OTLP/JSON and protobuf requests mixing valid spans with invalid ones (bad ids, missing or

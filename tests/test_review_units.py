@@ -101,7 +101,18 @@ def test_formatting():
     assert fmt.pct(0.5) == "50.0 %"
     assert fmt.tokens(2_500_000) == "2.50 M"
     assert fmt.seconds(3725) == "1 h 02 min"
-    assert fmt.usd_delta(-0.004) == "-$0.0040"
+    assert fmt.usd_delta(-0.004) == "-$0.00400"
+    assert fmt.usd_delta(12.3) == "+$12.30"
+
+
+@pytest.mark.parametrize("value, shown", [
+    (0.0042, "$0.00420"), (0.01234, "$0.0123"), (0.25, "$0.2500"), (1234.5, "$1,234.50"), (0, "$0.00"),
+    (-2, "-$2.00"), (None, "—"), (float("nan"), "—"), (float("inf"), "—"),
+])
+def test_the_review_and_the_dashboard_print_money_alike(value, shown):
+    from app import fmt as dashboard_fmt
+
+    assert fmt.usd(value) == dashboard_fmt.usd(value) == shown
 
 
 def test_next_run_is_next_monday_morning():
@@ -334,7 +345,7 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
 
 
 def test_unlike_coverage_withholds_week_over_week_changes():
-    """Issue 17 fault 2: a week with ~25 h of data against a full one states its coverage and no WoW."""
+    """A week with ~25 h of data against a full one states its coverage and no WoW."""
     from datetime import datetime, timezone
 
     from app.review.model import Coverage, Figure, comparable
@@ -368,7 +379,7 @@ def test_unlike_coverage_withholds_week_over_week_changes():
 
 
 def test_markdown_review_escapes_what_it_quotes():
-    """Issue 14 item 7: a task id, tenant or alert text quoted by the Markdown review stays text."""
+    """A task id, tenant or alert text quoted by the Markdown review stays text."""
     from markdown_it import MarkdownIt
 
     from app.review.render import _md_block
@@ -418,7 +429,7 @@ def test_the_review_quotes_markup_in_telemetry_as_text(store):
     from app.review import build_review, render_html, render_markdown
 
     seeded = generate(store, tasks=300, hours=1, names=MARKUP_NAMES)
-    assert run_cost_jobs(store, seeded.start, seeded.end)
+    run_cost_jobs(store, seeded.start, seeded.end)
     seed_alerts(store, seeded, replica=MARKUP_NAMES["r3"], cascade=True)
     review = build_review(store, "2026-W45", now=datetime(2026, 11, 9, tzinfo=timezone.utc))
     html, md = render_html(review), render_markdown(review)

@@ -1,6 +1,6 @@
 """Task SDK: task/step/outcome spans, baggage, the instrumented client's retries and token accounting.
 
-Against a scripted in-process upstream (serving.gateway.stub), spans into an in-memory exporter.
+Against a scripted in-process upstream (tests/stub_upstream.py), spans into an in-memory exporter.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from schema import semconv as sc
 from serving.gateway.server import ServerThread
-from serving.gateway.stub import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream
 from serving.plans import RetryPolicy
 from serving.sdk import AsyncInstrumentedOpenAI, CallFailed, InstrumentedOpenAI, StreamUsage, current_task, task
 from serving.sdk.retry import backoff_s, parse_retry_after

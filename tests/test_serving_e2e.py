@@ -15,14 +15,12 @@ import uuid
 import httpx
 import pytest
 
+from collectors import receiver as receiver_mod
 from schema import semconv as sc
-
-receiver_mod = pytest.importorskip("collectors.receiver", reason="the OTLP receiver is not in the tree yet")
-live = pytest.importorskip("serving.emulator.live", reason="the emulator is not in the tree yet")
-
-from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream  # noqa: E402
-from serving.plans import RetryPolicy  # noqa: E402
-from serving.sdk import CallFailed, InstrumentedOpenAI, make_tracer_provider, task  # noqa: E402
+from serving.emulator import live
+from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
+from serving.plans import RetryPolicy
+from serving.sdk import CallFailed, InstrumentedOpenAI, make_tracer_provider, task
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -265,7 +265,8 @@ def test_abandoned_and_failed_tasks():
 
 
 def test_ingest_into_the_store(store):
-    ingest = pytest.importorskip("collectors.ingest")
+    from collectors import ingest
+
     plans = chat_plans(30, rate=3.0, seed=11)
     summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], start_time_ns=T0, seed=1,
                     sink=CallbackSink(lambda r: ingest.ingest_traces(store, r), lambda r: ingest.ingest_metrics(store, r)))
@@ -318,7 +319,7 @@ def test_session_affinity_keeps_a_task_on_one_replica():
 
 
 def test_otlp_http_sink_through_the_receiver(store, tmp_path):
-    receiver_mod = pytest.importorskip("collectors.receiver")
+    from collectors import receiver as receiver_mod
     from serving.emulator.otlp import OtlpHttpSink
 
     receiver = receiver_mod.Receiver(receiver_mod.ReceiverConfig(port=0, spool_dir=tmp_path / "spool",

@@ -1,4 +1,4 @@
-"""Issue 13 part 2: the spans and /metrics page of a REAL vLLM 0.32.0 (CPU) server through the product.
+"""The spans and /metrics page of a REAL vLLM 0.32.0 (CPU) server through the product.
 
 Fixtures are the capture itself (tests/vllm_captured.py reads tests/fixtures/vllm-0.32-cpu-captured/
 in place), rebuilt as the OTLP request vLLM sent (typed attribute values) and the page it served.
@@ -81,7 +81,7 @@ def test_llm_calls_maps_the_engine_spans(loaded):
     assert (r["prefill_s"], r["decode_s"], r["inference_s"]) == \
         (0.02388390199985224, 0.7570004910000989, 0.7808843929999512)
     # vLLM 0.32 carries no finish reason and no model: the engine row alone cannot know them
-    # (issue 13 part 3 recovers them from the gateway/client rows of the same call).
+    # (call resolution takes them from the gateway/client rows of the same call).
     assert {x["finish_reason"] for x in rows.values()} == {""} and {x["model"] for x in rows.values()} == {""}
     assert {x["status"] for x in rows.values()} == {"unset"} and {x["partial"] for x in rows.values()} == {0}
     assert (rows["0532014924df47ad"]["prompt_tokens"], rows["0532014924df47ad"]["output_tokens"]) == (19, 24)

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from schema import semconv as sc
 from serving.gateway.server import ServerThread
-from serving.gateway.stub import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream
 from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 from serving.workloads import build_plans, load_trace, prompt_text, run_live
 

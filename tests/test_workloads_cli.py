@@ -29,7 +29,6 @@ def test_load_rejects_bad_mix(traces_dir):
 
 
 def test_load_virtual_time_runs_the_emulator_simulator(traces_dir):
-    pytest.importorskip("serving.emulator.fleet_sim", reason="the virtual-time simulator is not in the tree yet")
     result = CliRunner().invoke(main, ["load", "--virtual", "--no-telemetry", "--data-dir", str(traces_dir),
                                        "--duration", "30", "--mix", "chat=1", "--replicas", "2"])
     assert result.exit_code == 0, result.output

@@ -184,10 +184,8 @@ def _waste(store, summaries: _Summaries, week: IsoWeek, prev: IsoWeek) -> list[W
 
 
 def _incidents(store, week: IsoWeek, now: datetime):
-    try:
-        from schema.queries import alerts
-    except ImportError:
-        return None, "Alerts not available (the alerts module is not installed)."
+    from schema.queries import alerts
+
     try:
         df = alerts.alerts_in_period(store, week.start, week.end, now=min(now, week.end))
     except StoreQueryError as exc:

@@ -1,13 +1,15 @@
 """Number formatting shared by the HTML and Markdown renderers, so both print identical figures.
 
-Units: USD with a ``$`` sign (cents below $1,000, four significant decimals below $1 so a CPST of
-$0.0123 is not shown as $0.01), ratios as percent, tokens with thousands separators.
+Units: USD as the dashboard prints it (:func:`app.fmt.usd`), ratios as percent, tokens with thousands
+separators.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import datetime
+
+from app.fmt import usd  # noqa: F401 - the one money formatter, the dashboard's
 
 DASH = "—"
 
@@ -16,24 +18,9 @@ def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and not math.isfinite(x))
 
 
-def usd(x: float | None) -> str:
-    """``$1,234.56``; ``$0.0123`` below one dollar; ``—`` for None."""
-    if _missing(x):
-        return DASH
-    sign = "-" if x < 0 else ""
-    a = abs(x)
-    if a == 0:
-        return "$0.00"
-    if a < 1:
-        return f"{sign}${a:.4f}"
-    return f"{sign}${a:,.2f}"
-
-
 def usd_delta(x: float | None) -> str:
-    """Signed USD change: ``+$12.30`` / ``-$0.0040``."""
-    if _missing(x):
-        return DASH
-    return ("+" if x >= 0 else "") + usd(x)
+    """Signed USD change: ``+$12.30`` / ``-$0.00400``."""
+    return usd(x, signed=True)
 
 
 def pct(ratio: float | None, digits: int = 1) -> str:

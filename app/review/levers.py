@@ -191,7 +191,7 @@ def planner_levers(run_df) -> list[Lever]:
     there is no run: each lever is a candidate fleet that changes that one move, replayed on the
     week's own workload with the same cost jobs; saving = (CPST current - CPST candidate) x the
     current replay's successful tasks, scaled to 7 days; risk = the SLO margin it leaves and its p95
-    TTFT change (infercost/planner/report.py)."""
+    TTFT change (planner/report.py)."""
     import json
 
     rows = _rows(run_df)

@@ -45,7 +45,7 @@ class Figure:
 
 @dataclass(frozen=True)
 class Coverage:
-    """How much of a week has data (issue 17 fault 2). Hours: hours in which some replica was up."""
+    """How much of a week has data. Hours: hours in which some replica was up."""
 
     hours_with_data: int
     week_hours: float  # 168 (less for the week in progress: the hours elapsed so far)

@@ -72,7 +72,7 @@ def _coverage_text(label: str, c) -> str:
 
 
 def coverage_blocks(r: WeeklyReview) -> list:
-    """How much of each week has data, and whether changes are stated (issue 17 fault 2)."""
+    """How much of each week has data, and whether changes are stated."""
     if r.coverage is None:
         return []
     from app.review.model import comparable

@@ -20,10 +20,6 @@ from schema.store import StoreError
 
 st.title("Alerts")
 f = filters.current()
-if ui.optional_function("schema.queries.alerts:active_alerts") is None:
-    ui.empty_state("Alerting is not installed in this build.",
-                   "When the alert evaluator runs (`infercost alerts` or inside `infercost up`), alerts appear here.")
-    st.stop()
 
 TIME_COLS = ["started_at", "fired_at", "resolved_at", "updated_at", "event_time"]
 params = st.query_params

@@ -214,7 +214,7 @@ def details() -> None:
         label = costviews.bucket_label(bucket_s)
         # One chart drawn, the open tab's (app.ui.lazy_tabs; the one trend query holds all three series):
         # each Vega chart costs the browser ~80-90 ms whatever its data, and three side by side were a
-        # tenth of the page's load time (app/README.md, "Fewer charts drawn at once").
+        # tenth of the page's load time (benchmarks/README.md, "Fewer charts drawn at once").
         for tab, (title, series, unit) in zip(ui.lazy_tabs(TREND_TABS, TREND_TAB_KEY), (
                 (f"CPST per {label} (USD)", {"cpst_usd": "CPST", "attributed_cpst_usd": "attributed CPST"},
                  "USD per successful task"),

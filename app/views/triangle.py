@@ -16,9 +16,6 @@ from schema.store import StoreError
 
 st.title("Latency-cost-throughput triangle")
 f = filters.current()
-if ui.optional_function("schema.queries.cost:replica_windows") is None:
-    ui.empty_state("The cost engine is not installed in this build.")
-    st.stop()
 
 WINDOWS = {"auto": 0, "1 min": 60, "5 min": 300, "15 min": 900, "1 h": 3600, "6 h": 21600}
 X_AXES = {"output tokens/s": "output_tokens_per_s", "tokens/s (prompt + output)": "throughput_tokens_per_s",

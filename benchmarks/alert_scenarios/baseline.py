@@ -1,11 +1,11 @@
-"""The baseline the benchmark measures in the same run: the issue-7 rules these replace, applied to
+"""The baseline the benchmark measures in the same run: the first alert rules, which these replace, applied to
 the same series at the same evaluation times.
 
 - degradation: a replica's raw ITL p50 or TTFT-free prefill p50 over 2 min >= 1.5x the median of the
   other replicas' (all of them, GPU type and request shape ignored), or its failure rate >= 5% and
   3x the others'; an episode starts after 60 s of that and ends after 180 s without it;
-- cascade: a degradation episode, then retry amplification (the evaluator's own retry alert, as in
-  issue 7) starting within 10 min; the culprit is the earliest degradation episode;
+- cascade: a degradation episode, then retry amplification (the evaluator's own retry alert, as the
+  first rules had it) starting within 10 min; the culprit is the earliest degradation episode;
 - replica down, per-replica telemetry: no such rule (recall 0).
 """
 

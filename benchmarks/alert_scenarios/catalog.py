@@ -324,7 +324,7 @@ FAMILIES = {
     "surge": 4, "scale_down": 2, "crash_restart": 2, "diurnal": 2, "affinity": 2, "degraded_contained": 4,
     "replica_down": 4, "telemetry_one": 6, "telemetry_all": 2, "receiver_outage": 2, "blind_degraded": 2,
     "slo_slow": 2, "slo_sharp": 2, "flapping": 2, "healthy": 6,
-    "overload_slow": 4, "queue_wobble": 10,  # issue 41 (appended: the families before keep their seeds)
+    "overload_slow": 4, "queue_wobble": 10,  # appended last: the families before keep their seeds
 }
 
 

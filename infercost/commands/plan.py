@@ -1,4 +1,4 @@
-"""``infercost plan``: the capacity and cost planner (``infercost/planner``) from the command line.
+"""``infercost plan``: the capacity and cost planner (``planner``) from the command line.
 
 Wiring only: extracts the period's workload from the store, replays it on candidate fleets in
 virtual time with the cost jobs, prints the backtest, the candidate table, the frontier, the
@@ -42,11 +42,11 @@ def command(since, until, candidates_file, slo_file, workers, budget, max_candid
     recommended. Money in USD over the period; latencies in seconds. Needs the cost jobs to have
     run over the period (infercost cost --recompute --since ...).
     """
-    from infercost.planner import report, results
-    from infercost.planner.candidates import CandidateError
-    from infercost.planner.config import PlanConfigError, load_plan_config, slos_from_fleet_file
-    from infercost.planner.run import plan
-    from infercost.planner.workload import WorkloadError
+    from planner import report, results
+    from planner.candidates import CandidateError
+    from planner.config import PlanConfigError, load_plan_config, slos_from_fleet_file
+    from planner.run import plan
+    from planner.workload import WorkloadError
     from schema.fleet import FleetError
     from schema.migrate import MigrationError, migrate
     from schema.store import StoreError, connect

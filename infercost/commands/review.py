@@ -25,16 +25,12 @@ ABANDON_MARGIN_S = 1800 + 60
 
 
 def _run_jobs(store, start: datetime, end: datetime) -> str:
-    """Recompute the cost jobs over the telemetry inside [start, end), if the cost engine provides
-    ``run_jobs``. Only the span from the first to the last telemetry time (plus the abandonment
+    """Recompute the cost jobs over the telemetry inside [start, end). Only the span from the first to the last telemetry time (plus the abandonment
     timeout, so tasks without a root span are judged as the live job would) is recomputed: empty
     days cost minutes of job time and change nothing. ``end`` must not lie in the future (it is
     the jobs' "now" for abandonment). Returns a note for the user, '' when all went as asked.
     """
-    try:
-        from schema.jobs import run_jobs
-    except ImportError:
-        return "cost jobs not available in this build: using the tables as they are"
+    from schema.jobs import run_jobs
     from schema.queries import review as review_queries
 
     first, last = review_queries.data_extent(store, start, end)

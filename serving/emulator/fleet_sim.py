@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from schema import semconv as sc
-from serving.emulator import pbenc
+from serving import otlp_encoding
 from serving.emulator.engine import Engine, EngineRequest
 from serving.emulator.frontend import FrontEnd, step_outputs
 from serving.emulator.kvcache import segments_from_hash_ids
@@ -223,7 +223,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         return self.ids.getrandbits(64).to_bytes(8, "big")
 
     def span(self, res_key, trace_id, span_id, parent, name, kind, start, end, attrs, status=0, msg="", pre=b""):
-        self.batcher.add(res_key, pbenc.span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
+        self.batcher.add(res_key, otlp_encoding.span(trace_id, span_id, parent, name, kind, self.ns(start), self.ns(end),
                                              attrs, status, msg, pre))
         self.summary.spans += 1
 
@@ -288,7 +288,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         task.done = False
         task.inflight = set()
         task.last_error = None
-        task.ctx = pbenc.attributes(task_context(plan)) if self.span_mode == "all" else b""
+        task.ctx = otlp_encoding.attributes(task_context(plan)) if self.span_mode == "all" else b""
         self.active_tasks += 1
         if self.rp.abandon_after_s is not None:
             self.push(t + self.rp.abandon_after_s, self.on_abandon, task)

@@ -23,7 +23,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as mpb
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1 import trace_pb2 as tpb
 
-from serving.emulator import pbenc
+from serving import otlp_encoding
 from serving.emulator.stats import COUNTERS, FINISH_REASONS, HISTOGRAMS
 
 SPAN_KIND_INTERNAL = tpb.Span.SPAN_KIND_INTERNAL
@@ -59,21 +59,8 @@ def kvs(d: dict) -> list[KeyValue]:
     return [KeyValue(key=k, value=any_value(v)) for k, v in d.items() if v is not None]
 
 
-def make_span(trace_id: bytes, span_id: bytes, parent: bytes | None, name: str, kind: int, start_ns: int,
-              end_ns: int, attrs: dict, status: int = STATUS_UNSET, message: str = "") -> tpb.Span:
-    s = tpb.Span(trace_id=trace_id, span_id=span_id, name=name, kind=kind, start_time_unix_nano=start_ns,
-                 end_time_unix_nano=max(start_ns, end_ns), attributes=kvs(attrs))
-    if parent:
-        s.parent_span_id = parent
-    if status:
-        s.status.code = status
-        if message:
-            s.status.message = message
-    return s
-
-
 class SpanBatcher:
-    """Groups encoded spans (``pbenc.span`` bytes) by resource and hands the sink an
+    """Groups encoded spans (``otlp_encoding.span`` bytes) by resource and hands the sink an
     ``ExportTraceServiceRequest`` every ``batch`` spans (and on ``flush``)."""
 
     def __init__(self, sink, batch: int = 5000, scope: str = "infercost.emulator"):
@@ -107,7 +94,7 @@ class SpanBatcher:
     def flush(self) -> None:
         if not self.pending:
             return
-        body = b"".join(pbenc.resource_spans(self.resources[key], self.scopes[key], spans)
+        body = b"".join(otlp_encoding.resource_spans(self.resources[key], self.scopes[key], spans)
                         for key, spans in self.by_resource.items() if spans)
         self.by_resource = {}
         self.pending = 0

@@ -2,7 +2,7 @@
 
 Where it sits: a mixin of ``fleet_sim.FleetSimulator`` (which provides ``push``, ``span``,
 ``end_attempt``, ``after_failure``, ``reps``, ``summary``). Both are the planner's levers
-(infercost/planner): *delay* work (admission) and size the fleet to the load (autoscaling).
+(planner): *delay* work (admission) and size the fleet to the load (autoscaling).
 Neither changes the shape of a span or a metric point; they change which ones exist.
 
 Admission control mirrors the live gateway (``serving/gateway/admission.py``): per

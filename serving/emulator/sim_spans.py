@@ -29,7 +29,7 @@ def step_context(step: str, call: int, attempt: int) -> dict:
 
 
 # The span builders below return only their span's own attributes; every span of a task also
-# carries ``task_context(task)``, which the simulator encodes once per task (pbenc ``pre=``).
+# carries ``task_context(task)``, which the simulator encodes once per task (``serving.otlp_encoding.span(pre=...)``).
 
 
 def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:

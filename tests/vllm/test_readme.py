@@ -1,4 +1,4 @@
-"""Issue 13 part 6: the README's "Pointing a real vLLM fleet at it" is what this suite ran.
+"""The README's "Pointing a real vLLM fleet at it" is what this suite ran.
 
 The README's environment variables and ``vllm serve`` flags must be those the session's real vLLM was
 started with (the harness adds only test-machine flags: the model directory, host/port, the CPU

@@ -1,4 +1,4 @@
-"""Issue 13 part 1: the product against real vLLM 0.32 (CPU), checked against what the client saw.
+"""The product against real vLLM 0.32 (CPU), checked against what the client saw.
 
 One workload (tests/vllm/workload.py: streaming and not, usage on, max_tokens hits, n=2, shared
 prefixes, a capped prompt, a prompt over the context, a client abort, a retried call) through the
@@ -179,7 +179,7 @@ def test_rejected_and_aborted_calls_are_client_errors(run, stack):
     """A 400 (prompt over the context) and a client disconnect are not replica errors."""
     cols = {r["name"] for r in q(stack.store, "SELECT name FROM system.columns WHERE database = currentDatabase() "
                                               "AND table = 'llm_calls'")}
-    assert "error_class" in cols, "llm_calls.error_class (issue 12's error taxonomy) is missing"
+    assert "error_class" in cols, "llm_calls.error_class (the error taxonomy) is missing"
     got = {}
     for case in ("too_long", "abort"):
         (s,) = by_case(run, case)

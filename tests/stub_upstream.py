@@ -1,9 +1,9 @@
 """A scripted OpenAI-compatible upstream for gateway/SDK tests and the gateway benchmark.
 
-Position: serving (test support, no engine model). Each request's behaviour comes from
-``StubUpstream.script`` (a callable ``(request_json, headers) -> Behaviour``), so a test can make
-one replica crash mid-stream, answer 503 with ``Retry-After``, or put usage in odd chunks. The
-engine emulator (``serving/emulator``) is the realistic replica; this one is deterministic and fast.
+A test double, not product code. Each request's behaviour comes from ``StubUpstream.script`` (a
+callable ``(request_json, headers) -> Behaviour``), so a test can make one replica crash mid-stream,
+answer 503 with ``Retry-After``, or put usage in odd chunks. The engine emulator
+(``serving/emulator``) is the realistic replica; this one is deterministic and fast.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The candidate search: the current fleet, the operator's candidates, the four levers, Mélange's
 GPU mix, then local search around the cheapest candidate that meets every SLO, within a budget.
 
-Position: infercost/planner. Every candidate is evaluated with the full replay (``pool.py``):
+Position: planner. Every candidate is evaluated with the full replay (``pool.py``):
 simulate, ingest, cost jobs. Rounds are as wide as there are workers (two per worker), so the
 cores stay busy; the search stops when the wall-clock budget would be exceeded by one more round
 (the time of a round is measured), when ``max_candidates`` were evaluated, or when every neighbour
@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
-from infercost.planner.candidates import Candidate, CandidateError, Pool
+from planner.candidates import Candidate, CandidateError, Pool
 from serving.emulator.profiles import PROFILES
 from serving.emulator.sim_control import AutoscaleRule
 

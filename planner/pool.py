@@ -1,6 +1,6 @@
 """Evaluate candidates on several cores: worker processes, each with its own scratch store.
 
-Position: infercost/planner. chDB allows one engine directory per process, so each worker is a
+Position: planner. chDB allows one engine directory per process, so each worker is a
 *spawned* process (a fresh interpreter: a forked child would inherit the parent's engine) that
 opens ``chdb://<scratch dir>/worker-<i>``, migrates it once and evaluates candidates from a queue
 (``evaluate.evaluate``). The workload travels once, pickled to a file. Workers report progress in
@@ -21,7 +21,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from infercost.planner.evaluate import JOBS_SHARE, CandidateResult, Scratch, evaluate
+from planner.evaluate import JOBS_SHARE, CandidateResult, Scratch, evaluate
 
 log = logging.getLogger(__name__)
 

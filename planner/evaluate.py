@@ -1,6 +1,6 @@
 """One candidate, end to end: replay the workload in virtual time, run the cost jobs, read the results.
 
-Position: infercost/planner (wiring: serving simulator -> collectors' ingest -> schema's cost jobs
+Position: planner (wiring: serving simulator -> collectors' ingest -> schema's cost jobs
 and named queries). Each replay writes into a **scratch store**, a migrated database of its own
 (one chDB directory per worker process), so the numbers come from the same SQL as the measured
 ones: ``schema.jobs.run_jobs`` then ``schema.queries.cost.period_summary`` and
@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from infercost.planner.workload import num as _num
+from planner.workload import num as _num
 
 SQL_DIR = Path(__file__).with_name("sql")
 SCRATCH_DATABASE = "planner_scratch"

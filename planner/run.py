@@ -1,6 +1,6 @@
 """``infercost plan``: extract the period's workload, backtest, search candidates, recommend, store.
 
-Position: infercost/planner (the one place that drives the store, the serving simulator and the
+Position: planner (the one place that drives the store, the serving simulator and the
 cost jobs together). Steps, each reported through ``echo``:
 
 1. extract the workload of ``[start, end)`` and the current fleet (``extract.py``,
@@ -20,13 +20,13 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from infercost.planner import report
-from infercost.planner.candidates import Candidate, current_candidate
-from infercost.planner.config import PlanConfig, fleet_base
-from infercost.planner.extract import extract_workload
-from infercost.planner.pool import Evaluator
-from infercost.planner.search import SearchState, lever_candidates, run_rounds
-from infercost.planner.workload import naive_utc
+from planner import report
+from planner.candidates import Candidate, current_candidate
+from planner.config import PlanConfig, fleet_base
+from planner.extract import extract_workload
+from planner.pool import Evaluator
+from planner.search import SearchState, lever_candidates, run_rounds
+from planner.workload import naive_utc
 from serving.emulator.profiles import PROFILES
 
 
@@ -57,7 +57,7 @@ class PlanResult:
 
 def measured_figures(store, start: datetime, end: datetime) -> dict:
     """The measured CPST, p95 TTFT and prefix-cache hit rate of the period (the backtest's target)."""
-    from infercost.planner.extract import prefix_hit_rate
+    from planner.extract import prefix_hit_rate
     from schema.queries import cost, review
     from schema.queries import planner as pq
 
@@ -159,7 +159,7 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
         echo(f"planner: backtest passed (CPST {run.backtest['cpst_error']:.1%}, p95 TTFT "
              f"{run.backtest['ttft_error']:.1%}); searching")
         if do_search:
-            from infercost.planner.melange import propose
+            from planner.melange import propose
 
             ttft_budget = min((a for a, _ in workload.slos.values() if a), default=2000.0) / 1000.0
             prices = _replica_prices(base, gpu_types)

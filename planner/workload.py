@@ -1,6 +1,6 @@
 """The measured workload of a period, extracted from the store as task plans the simulator replays.
 
-Position: infercost/planner (wiring: reads the store through ``schema.queries.planner``, produces
+Position: planner (wiring: reads the store through ``schema.queries.planner``, produces
 ``serving.plans.TaskPlan``). What is extracted, and from where (docs/telemetry.md):
 
 * **tasks**: every task that started in ``[start, end)`` (cost job's ``tasks``): arrival, type,

@@ -1,6 +1,6 @@
 """The planner's settings: the candidates file (``--candidates plan.yaml``), SLOs, scratch prices.
 
-Position: infercost/planner. The file (all keys optional; every problem is reported at once with
+Position: planner. The file (all keys optional; every problem is reported at once with
 its line, as for fleet.yaml)::
 
     slo_target: 0.95          # share of a task type's tasks that must succeed within its budgets
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from infercost.planner.candidates import Candidate, CandidateError, Pool, profile_for
+from planner.candidates import Candidate, CandidateError, Pool, profile_for
 from serving.emulator.sim_control import AutoscaleRule
 
 

@@ -1,6 +1,6 @@
 """Candidate fleets and policies the planner replays the workload on, and the current fleet.
 
-Position: infercost/planner. A :class:`Candidate` is everything the virtual-time simulator
+Position: planner. A :class:`Candidate` is everything the virtual-time simulator
 (``serving.emulator.fleet_sim``) varies: pools of replicas (GPU type, count, engine profile,
 vLLM's ``--max-num-seqs``), the gateway's routing policy and hidden retry budget, admission
 control caps per priority, and an optional autoscaling rule. Engine profiles (step-time model,

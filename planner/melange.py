@@ -1,6 +1,6 @@
 """GPU mix by request-size buckets, as Mélange chooses it: profile each GPU per bucket, solve an ILP.
 
-Position: infercost/planner (proposes candidates; ``search.py`` evaluates them with the full
+Position: planner (proposes candidates; ``search.py`` evaluates them with the full
 replay). Source: Griggs et al., "Mélange: Cost Efficient Large Language Model Serving by
 Exploiting GPU Heterogeneity" (2024): requests are bucketed by (input length, output length);
 each GPU type's maximum request rate per bucket within the SLO is profiled; an integer program
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from infercost.planner.candidates import Candidate, Pool
+from planner.candidates import Candidate, Pool
 from serving.emulator.fleet_sim import ReplicaSpec, simulate
 from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 

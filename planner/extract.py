@@ -1,6 +1,6 @@
 """Extract a period's workload and its clients' and gateway's behaviour from the store.
 
-Position: infercost/planner. Reads only named queries (``schema.queries.planner``,
+Position: planner. Reads only named queries (``schema.queries.planner``,
 ``schema.queries.review.prefix_cache``). Every setting the replay needs is either *measured*
 (with the evidence: how many observations, which query) or *assumed* (a stated default, because
 the period never exercised it); ``Workload.evidence`` records which, and the report prints it.
@@ -25,7 +25,7 @@ import statistics
 from collections import defaultdict
 from datetime import datetime
 
-from infercost.planner.workload import (SHARING_MIN_HIT_RATE, Workload, WorkloadError, hourly_counts, naive_utc,
+from planner.workload import (SHARING_MIN_HIT_RATE, Workload, WorkloadError, hourly_counts, naive_utc,
                                         plans_from_frames, share_prefixes)
 from serving.plans import RetryPolicy
 

@@ -2,9 +2,10 @@
 -- no gateway. A trace's root span is its task (an invoke_agent span, an OpenInference AGENT/CHAIN, a
 -- Traceloop workflow, a web request handler, or the LLM call itself); its LLM call spans are the
 -- task's calls. Explicit task SDK attributes still win. Schema/jobs/README.md states the rules.
---   * task_roots_mv: every root span that is not an engine, gateway or task SDK span lands in
---     task_spans with task_id = its trace id, its type, tenant, session and context_source; job_tasks
---     keeps such a root only when calls of its trace were found.
+--   * task_spans_mv: every root span that is not an engine, gateway or task SDK span lands in
+--     task_spans with task_id = its trace id, its type, tenant, session and context_source (job_tasks
+--     keeps such a root only when calls of its trace were found), and so does each evaluation result
+--     (context_source 'evaluation').
 --   * llm_calls_mv: OpenInference LLM spans and Traceloop llm spans are client call spans (tokens from
 --     llm.token_count.*, model from llm.model_name); a GenAI CLIENT span is a call only for a model
 --     call operation (chat, text_completion, generate_content), never invoke_agent or execute_tool;
@@ -19,7 +20,7 @@
 --   * job_call_costs / job_tasks: a derived task fails when its root's status is Error or its last
 --     call ended in Error with nothing after it (the application caught the error, the root stayed
 --     Ok); an explicit task.outcome on the root, then an evaluation result on the trace
---     (gen_ai.evaluation.result events, task_evaluations_mv: score label fail / pass) override both.
+--     (gen_ai.evaluation.result events: score label fail / pass) override both.
 --     tasks gain context_source.
 --
 -- A refresh of the chain replaces a *_live table with one built from the view's old column list:
@@ -68,72 +69,71 @@ SELECT * FROM tasks_history WHERE minute < (SELECT max(watermark) FROM cost_wate
 UNION ALL
 SELECT * FROM tasks_live WHERE minute >= (SELECT max(watermark) FROM cost_watermark);
 
--- The root of a trace without task SDK context: task id = trace id. Engine spans (vLLM's llm_request,
--- roots of their own traces when the client sends no traceparent), gateway spans and the task SDK's
--- own roots are not tasks of this kind. Outcome stays as sent (task.outcome); the jobs derive the rest.
-CREATE MATERIALIZED VIEW IF NOT EXISTS task_roots_mv TO task_spans
-AS SELECT
+-- task_spans_mv (0011's) rewritten to also write (one view on otel_traces, not three: each view costs
+-- every insert block a fixed planning and execution step):
+--   * the root of a trace without task SDK context: task id = trace id. Engine spans (vLLM's
+--     llm_request, roots of their own traces when the client sends no traceparent), gateway spans and
+--     spans with task.id are not roots of this kind. Outcome stays as sent (task.outcome); the jobs
+--     derive the rest;
+--   * each evaluation result on a trace's spans (the GenAI event gen_ai.evaluation.result: an online
+--     judge, a guardrail, a user's verdict) as a row of context_source 'evaluation': outcome failure
+--     for a score label fail, success for pass, its time the event's. Not a root: the jobs read these
+--     rows apart.
+-- The task SDK's roots ("task {type}" spans with task.id) are written as 0011 wrote them.
+DROP VIEW IF EXISTS task_spans_mv;
+CREATE MATERIALIZED VIEW task_spans_mv TO task_spans
+AS WITH
+    row.1 = 1 AS is_evaluation,
+    startsWith(SpanName, 'task ') AND SpanAttributes['task.id'] != '' AS is_sdk
+SELECT
     TraceId AS trace_id,
     SpanId AS span_id,
-    TraceId AS task_id,
-    multiIf(SpanAttributes['gen_ai.agent.name'] != '', SpanAttributes['gen_ai.agent.name'],
+    if(is_sdk AND NOT is_evaluation, SpanAttributes['task.id'], TraceId) AS task_id,
+    multiIf(is_evaluation, '', is_sdk, SpanAttributes['task.type'],
+            SpanAttributes['gen_ai.agent.name'] != '', SpanAttributes['gen_ai.agent.name'],
             SpanAttributes['traceloop.workflow.name'] != '', SpanAttributes['traceloop.workflow.name'],
             SpanAttributes['agent.name'] != '', SpanAttributes['agent.name'],
             SpanName) AS task_type,
-    multiIf(SpanAttributes['tenant.id'] != '', SpanAttributes['tenant.id'],
+    multiIf(is_evaluation, '', SpanAttributes['tenant.id'] != '' OR is_sdk, SpanAttributes['tenant.id'],
             SpanAttributes['enduser.id'] != '', SpanAttributes['enduser.id'],
             SpanAttributes['user.id']) AS tenant_id,
-    SpanAttributes['tenant.priority'] AS tenant_priority,
-    SpanAttributes['task.outcome'] AS outcome,
-    Timestamp AS start_time,
-    fromUnixTimestamp64Nano(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), 'UTC') AS end_time,
-    toFloat64OrNull(SpanAttributes['slo.ttft_ms']) AS slo_ttft_ms,
-    toFloat64OrNull(SpanAttributes['slo.e2e_ms']) AS slo_e2e_ms,
-    multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 'error',
+    if(is_evaluation, '', SpanAttributes['tenant.priority']) AS tenant_priority,
+    multiIf(NOT is_evaluation, SpanAttributes['task.outcome'],
+            row.3 IN ('fail', 'failed', 'failure'), 'failure',
+            row.3 IN ('pass', 'passed', 'success'), 'success', '') AS outcome,
+    if(is_evaluation, row.2, Timestamp) AS start_time,
+    if(is_evaluation, row.2, fromUnixTimestamp64Nano(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration), 'UTC')) AS end_time,
+    if(is_evaluation, NULL, toFloat64OrNull(SpanAttributes['slo.ttft_ms'])) AS slo_ttft_ms,
+    if(is_evaluation, NULL, toFloat64OrNull(SpanAttributes['slo.e2e_ms'])) AS slo_e2e_ms,
+    multiIf(is_evaluation, '', StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 'error',
             StatusCode IN ('Ok', 'STATUS_CODE_OK'), 'ok', 'unset') AS status,
-    SpanAttributes['error.type'] AS error_type,
-    multiIf(SpanAttributes['gen_ai.operation.name'] = 'invoke_agent' OR SpanAttributes['gen_ai.agent.name'] != '', 'genai_agent',
+    if(is_evaluation, '', SpanAttributes['error.type']) AS error_type,
+    multiIf(is_evaluation, 'evaluation', is_sdk, 'sdk',
+            SpanAttributes['gen_ai.operation.name'] = 'invoke_agent' OR SpanAttributes['gen_ai.agent.name'] != '', 'genai_agent',
             SpanAttributes['openinference.span.kind'] != '', 'openinference',
             SpanAttributes['traceloop.span.kind'] != '' OR SpanAttributes['traceloop.workflow.name'] != '', 'traceloop',
             SpanAttributes['gen_ai.operation.name'] != '', 'genai_call',
             'request_root') AS context_source,
-    if(SpanAttributes['gen_ai.conversation.id'] != '', SpanAttributes['gen_ai.conversation.id'],
-       SpanAttributes['session.id']) AS session_id
+    multiIf(is_evaluation OR is_sdk, '', SpanAttributes['gen_ai.conversation.id'] != '', SpanAttributes['gen_ai.conversation.id'],
+            SpanAttributes['session.id']) AS session_id
 FROM otel_traces
-WHERE ParentSpanId = ''
-  AND SpanName != 'llm_request'
-  AND NOT (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e'))
-  AND NOT mapContains(SpanAttributes, 'gateway.attempt')
-  AND NOT mapContains(SpanAttributes, 'task.id')
-  AND SpanName != 'gateway chat' AND NOT mapContains(SpanAttributes, 'gateway.policy');
-
--- Evaluation results on a trace's spans (the GenAI event gen_ai.evaluation.result: an online judge,
--- a guardrail, a user's verdict): a score label fail / pass decides a derived task's outcome.
-CREATE TABLE IF NOT EXISTS task_evaluations (
-    trace_id String CODEC(ZSTD(1)),
-    span_id String CODEC(ZSTD(1)),
-    time DateTime64(9, 'UTC'),
-    name LowCardinality(String) COMMENT 'gen_ai.evaluation.name',
-    label LowCardinality(String) COMMENT 'gen_ai.evaluation.score.label, lower case',
-    score Nullable(Float64) COMMENT 'gen_ai.evaluation.score.value'
-) ENGINE = MergeTree()
-PARTITION BY toDate(time)
-ORDER BY (toStartOfMinute(time), trace_id)
-TTL toDateTime(time) + toIntervalDay({{retention_days}})
-SETTINGS ttl_only_drop_parts = 1;
-
-CREATE MATERIALIZED VIEW IF NOT EXISTS task_evaluations_mv TO task_evaluations
-AS SELECT
-    TraceId AS trace_id,
-    SpanId AS span_id,
-    ev.1 AS time,
-    ev.2['gen_ai.evaluation.name'] AS name,
-    lower(ev.2['gen_ai.evaluation.score.label']) AS label,
-    toFloat64OrNull(ev.2['gen_ai.evaluation.score.value']) AS score
-FROM otel_traces
-ARRAY JOIN arrayFilter(e -> e.3 = 'gen_ai.evaluation.result',
-                       arrayZip(Events.Timestamp, Events.Attributes, Events.Name)) AS ev
-WHERE has(Events.Name, 'gen_ai.evaluation.result');
+-- one row for a root span (kind 0), one per evaluation event (kind 1)
+ARRAY JOIN arrayConcat(
+    if((startsWith(SpanName, 'task ') AND SpanAttributes['task.id'] != '')
+       OR (ParentSpanId = '' AND SpanName != 'llm_request'
+           AND NOT (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e'))
+           AND NOT mapContains(SpanAttributes, 'gateway.attempt') AND NOT mapContains(SpanAttributes, 'task.id')
+           AND SpanName != 'gateway chat' AND NOT mapContains(SpanAttributes, 'gateway.policy')),
+       [(toUInt8(0), toDateTime64(Timestamp, 9, 'UTC'), '')], []),
+    arrayMap(e -> (toUInt8(1), toDateTime64(e.1, 9, 'UTC'), lower(e.2['gen_ai.evaluation.score.label'])),
+             arrayFilter(e -> e.3 = 'gen_ai.evaluation.result',
+                         arrayZip(Events.Timestamp, Events.Attributes, Events.Name)))) AS row
+WHERE (startsWith(SpanName, 'task ') AND SpanAttributes['task.id'] != '')
+   OR (ParentSpanId = '' AND SpanName != 'llm_request'
+       AND NOT (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e'))
+       AND NOT mapContains(SpanAttributes, 'gateway.attempt') AND NOT mapContains(SpanAttributes, 'task.id')
+       AND SpanName != 'gateway chat' AND NOT mapContains(SpanAttributes, 'gateway.policy'))
+   OR has(Events.Name, 'gen_ai.evaluation.result');
 
 -- 1. Resolved calls (0530's): derived task context; engine spans joined by containment as well.
 CREATE OR REPLACE VIEW job_resolved_calls AS
@@ -372,7 +372,7 @@ SELECT
     if(source = 'engine', e_gpu_type, '') AS gpu_type,
     multiIf(e_model != '', e_model, g.3 != '', g.3, c.2 != '', c.2, ifNull(cv_model, '') != '', cv_model,
             e_model_scraped) AS model,
-    -- no explicit task context: a client call span's task is its trace's root (task_roots_mv); an
+    -- no explicit task context: a client call span's task is its trace's root (task_spans_mv); an
     -- engine span alone (no client span above or joined to it) stays unattributed
     if(ctx.1 = '' AND n_client > 0, u_trace_id, ctx.1) AS task_id, ctx.2 AS task_type, ctx.3 AS tenant_id, ctx.4 AS task_step,
     toUInt16(ctx.5) AS task_attempt, toUInt16(ctx.6) AS task_call,
@@ -534,11 +534,11 @@ WITH
     -- evaluation results on the tasks' traces: any fail label fails the task, else a pass label passes it
     verdicts AS (
         SELECT trace_id AS v_trace,
-               multiIf(max(label IN ('fail', 'failed', 'failure')), 'failure',
-                       max(label IN ('pass', 'passed', 'success')), 'success', '') AS verdict
-        FROM task_evaluations
-        WHERE time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
-          AND time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+               multiIf(max(outcome = 'failure'), 'failure', max(outcome = 'success'), 'success', '') AS verdict
+        FROM task_spans
+        WHERE context_source = 'evaluation'
+          AND end_time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+          AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
         GROUP BY trace_id
     ),
     roots AS (
@@ -550,7 +550,7 @@ WITH
             FROM task_spans
             WHERE end_time >= ws - toIntervalSecond(2 * max_call_s)
               AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
-              AND task_id IN (SELECT task_id FROM calls WHERE task_id != '')
+              AND task_id IN (SELECT task_id FROM calls WHERE task_id != '') AND context_source != 'evaluation'
             GROUP BY task_id) AS rr
         LEFT JOIN verdicts AS v ON v.v_trace = rr.r_task_id
     ),
@@ -636,11 +636,11 @@ WITH
     -- evaluation results on the tasks' traces: any fail label fails the task, else a pass label passes it
     verdicts AS (
         SELECT trace_id AS v_trace,
-               multiIf(max(label IN ('fail', 'failed', 'failure')), 'failure',
-                       max(label IN ('pass', 'passed', 'success')), 'success', '') AS verdict
-        FROM task_evaluations
-        WHERE time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
-          AND time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+               multiIf(max(outcome = 'failure'), 'failure', max(outcome = 'success'), 'success', '') AS verdict
+        FROM task_spans
+        WHERE context_source = 'evaluation'
+          AND end_time >= ws - toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
+          AND end_time < we + toIntervalSecond((SELECT argMax(task_lookback_s, synced_at) FROM cost_settings))
         GROUP BY trace_id
     ),
     roots AS (
@@ -650,7 +650,7 @@ WITH
                    argMax(tuple(task_type, tenant_id, tenant_priority, outcome, start_time, end_time,
                                 slo_ttft_ms, slo_e2e_ms, context_source, status), end_time) AS r
             FROM task_spans
-            WHERE end_time >= ws AND end_time < we
+            WHERE end_time >= ws AND end_time < we AND context_source != 'evaluation'
             GROUP BY task_id) AS rr
         LEFT JOIN verdicts AS v ON v.v_trace = rr.r_task_id
     ),
@@ -669,7 +669,7 @@ WITH
         WHERE re_task_id NOT IN (
             SELECT task_id FROM task_spans
             WHERE end_time >= ws - toIntervalSecond(task_lookback_s) AND end_time < we + toIntervalSecond(task_lookback_s)
-              AND task_id IN (SELECT re_task_id FROM recent_ends))
+              AND task_id IN (SELECT re_task_id FROM recent_ends) AND context_source != 'evaluation')
     ),
     -- the ended tasks' pieces: a task with a root span started at its root's start, so those
     -- are read from the earliest such start (at most task_lookback_s back); rootless ones from
@@ -849,10 +849,10 @@ FROM (
                 OR (SpanKind IN ('Server', 'SPAN_KIND_SERVER') AND mapContains(SpanAttributes, 'gen_ai.latency.e2e')),
             'engine',
             mapContains(SpanAttributes, 'gateway.attempt'), 'gateway',
-            http_url != '' AND NOT mapContains(SpanAttributes, 'gen_ai.operation.name')
-                AND SpanAttributes['openinference.span.kind'] = '', 'http',
+            -- an HTTP client span to a completions path (the only HTTP spans the view takes)
+            NOT mapContains(SpanAttributes, 'gen_ai.operation.name') AND NOT mapContains(SpanAttributes, 'llm.request.type')
+                AND NOT mapContains(SpanAttributes, 'openinference.span.kind'), 'http',
             'client') AS call_source,
-        multiIf(SpanAttributes['url.full'] != '', SpanAttributes['url.full'], SpanAttributes['http.url']) AS http_url,
         ServiceName AS service_name,
         SpanName AS span_name,
         multiIf(call_source = 'engine', if(ResourceAttributes['service.instance.id'] != '', ResourceAttributes['service.instance.id'], ServiceName),
@@ -861,8 +861,8 @@ FROM (
         ResourceAttributes['gpu.type'] AS gpu_type,
         multiIf(SpanAttributes['gen_ai.request.model'] != '', SpanAttributes['gen_ai.request.model'],
                 SpanAttributes['gen_ai.response.model'] != '', SpanAttributes['gen_ai.response.model'],
-                SpanAttributes['llm.model_name'] != '', SpanAttributes['llm.model_name'],
-                SpanAttributes['llm.request.model'] != '', SpanAttributes['llm.request.model'],
+                call_source != 'engine' AND SpanAttributes['llm.model_name'] != '', SpanAttributes['llm.model_name'],
+                call_source != 'engine' AND SpanAttributes['llm.request.model'] != '', SpanAttributes['llm.request.model'],
                 ResourceAttributes['gen_ai.request.model']) AS span_model,
         if(SpanAttributes['gen_ai.request.id'] != '', SpanAttributes['gen_ai.request.id'], SpanAttributes['gen_ai.response.id']) AS request_id,
         SpanAttributes['task.id'] AS task_id,
@@ -874,16 +874,16 @@ FROM (
         SpanAttributes['tenant.priority'] AS tenant_priority,
         coalesce(toUInt32OrNull(SpanAttributes['gen_ai.usage.prompt_tokens']),
                  toUInt32OrNull(SpanAttributes['gen_ai.usage.input_tokens']),
-                 toUInt32OrNull(SpanAttributes['llm.token_count.prompt'])) AS prompt_tokens,
+                 if(call_source = 'engine', NULL, toUInt32OrNull(SpanAttributes['llm.token_count.prompt']))) AS prompt_tokens,
         coalesce(toUInt32OrNull(SpanAttributes['gen_ai.usage.cache_read.input_tokens']),
                  toUInt32OrNull(SpanAttributes['gen_ai.usage.cached_tokens']),
-                 toUInt32OrNull(SpanAttributes['llm.token_count.prompt_details.cache_read']),
+                 if(call_source = 'engine', NULL, toUInt32OrNull(SpanAttributes['llm.token_count.prompt_details.cache_read'])),
                  if(mapContains(SpanAttributes, 'gen_ai.usage.cache_write.input_tokens')
                         OR mapContains(SpanAttributes, 'gen_ai.usage.cache_creation.input_tokens'),
                     toUInt32(0), NULL)) AS cached_tokens,
         coalesce(toUInt32OrNull(SpanAttributes['gen_ai.usage.completion_tokens']),
                  toUInt32OrNull(SpanAttributes['gen_ai.usage.output_tokens']),
-                 toUInt32OrNull(SpanAttributes['llm.token_count.completion']),
+                 if(call_source = 'engine', NULL, toUInt32OrNull(SpanAttributes['llm.token_count.completion'])),
                  toUInt32OrNull(SpanAttributes['gateway.tokens_streamed']),
                  toUInt32OrNull(SpanAttributes['gen_ai.client.tokens_received'])) AS output_tokens,
         coalesce(toFloat64OrNull(SpanAttributes['gen_ai.latency.time_to_first_token']),
@@ -898,8 +898,8 @@ FROM (
            SpanAttributes['gen_ai.response.finish_reasons']) AS finish_reason,
         -- OpenLLMetry ends the span of a stream the server cut with status Ok: a streamed call that
         -- ended without a finish reason broke
-        SpanAttributes['gen_ai.is_streaming'] = 'true' AND NOT mapContains(SpanAttributes, 'gen_ai.response.finish_reasons')
-            AS stream_incomplete,
+        call_source = 'client' AND SpanAttributes['gen_ai.is_streaming'] = 'true'
+            AND NOT mapContains(SpanAttributes, 'gen_ai.response.finish_reasons') AS stream_incomplete,
         multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR') OR stream_incomplete, 'error',
                 StatusCode IN ('Ok', 'STATUS_CODE_OK'), 'ok', 'unset') AS status,
         if(SpanAttributes['error.type'] = '' AND stream_incomplete, 'stream_incomplete', SpanAttributes['error.type'])

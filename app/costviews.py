@@ -326,13 +326,22 @@ def bucket_label(seconds: int) -> str:
     return f"{seconds // 60} min"
 
 
+# Where a task's context came from (tasks.context_source), as the Tasks page and the data-quality
+# panel name it.
+CONTEXT_LABELS = {
+    "sdk": "task SDK", "genai_agent": "GenAI agent span", "openinference": "OpenInference",
+    "traceloop": "Traceloop", "genai_call": "GenAI call (root)", "request_root": "request root",
+    "trace_without_root": "trace (root never arrived)",
+}
+
+
 def quality_problems(dq: pd.DataFrame) -> list[str]:
     """Human sentences for the data-quality flags worth a warning (thresholds: 5 % token gap)."""
     out = []
     from app.fmt import md_escape
 
     for _, r in dq.iterrows():
-        replica = md_escape(r.get("replica", "?"))
+        replica = md_escape(r.get("replica", "?")) or "Calls on no known replica"
         gap = r.get("token_gap_ratio")
         if gap is not None and not pd.isna(gap) and abs(float(gap)) > 0.05:
             out.append(f"{replica}: the engine counters saw {float(gap):.0%} more tokens than the spans "
@@ -343,7 +352,12 @@ def quality_problems(dq: pd.DataFrame) -> list[str]:
         if int(r.get("unpriced_minutes", 0) or 0):
             out.append(f"{replica}: no price for its GPU type for {int(r['unpriced_minutes'])} minutes.")
         missing = int(r.get("gateway_evidence_calls", 0) or 0) + int(r.get("client_evidence_calls", 0) or 0)
-        if missing:
+        if missing and not r.get("replica"):
+            # a client span whose request reached no replica the spans name (refused, answered before
+            # the engine, or cut with its engine span lost): no GPU time is charged to it
+            out.append(f"{missing} calls have only a client span (no engine or gateway span names a replica): "
+                       "refused, answered with an error before the engine, or cut with their engine span lost.")
+        elif missing:
             out.append(f"{replica}: {missing} calls have no engine span (crashed replica?); costed from gateway/client "
                        "evidence.")
         if int(r.get("cached_estimated_tokens", 0) or 0):

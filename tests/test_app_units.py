@@ -144,6 +144,16 @@ def test_quality_problems_are_sentences():
     assert len(problems) == 3
 
 
+def test_calls_on_no_replica_are_named_so():
+    """Client-only calls (a refused connection, a 500 before the engine) have no replica: the sentence
+    says so instead of starting with an empty name."""
+    dq = pd.DataFrame({"replica": [""], "token_gap_ratio": [None], "default_priced_minutes": [0],
+                       "unpriced_minutes": [0], "gateway_evidence_calls": [0], "client_evidence_calls": [3]})
+    assert costviews.quality_problems(dq) == [
+        "3 calls have only a client span (no engine or gateway span names a replica): refused, answered with an "
+        "error before the engine, or cut with their engine span lost."]
+
+
 def test_chart_selection_times_are_utc_instants():
     """The zoom selection: Vega gives epoch ms of the true instant."""
     from datetime import datetime, timezone

@@ -251,7 +251,10 @@ def details() -> None:
     context = ui.ask(Q["context"])
     if len(context):
         st.markdown("**Where the tasks' context came from**")
-        ui.table(context, key="cost_task_context", filename="task_context.csv")
+        shown = context.assign(context_source=context["context_source"].map(costviews.CONTEXT_LABELS)
+                               .fillna(context["context_source"]))
+        ui.table(shown.rename(columns={"context_source": "task context", "context_kind": "kind"}),
+                 key="cost_task_context", filename="task_context.csv")
         st.caption("explicit: the task SDK marked the calls (task.id); derived: the trace's root span is the "
                    "task (OpenTelemetry GenAI agent span, OpenInference, Traceloop, the call itself, another "
                    "root), or calls whose root never arrived. Calls without any task are `unattributed` above.")

@@ -35,12 +35,7 @@ try:
 except StoreError as exc:
     costviews.stop_on_store_error(exc)
 
-# Where a task's context came from (tasks.context_source).
-CONTEXT_LABELS = {
-    "sdk": "task SDK", "genai_agent": "GenAI agent span", "openinference": "OpenInference",
-    "traceloop": "Traceloop", "genai_call": "GenAI call (root)", "request_root": "request root",
-    "trace_without_root": "trace (root never arrived)",
-}
+CONTEXT_LABELS = costviews.CONTEXT_LABELS
 
 # tasks_table takes no model / tenant / task-type filter: apply the sidebar's to the rows returned.
 for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "task_type")):

@@ -17,13 +17,13 @@ HOUR = 3600.0
 
 
 def diurnal_factor(at: datetime) -> float:
-    """Relative load at ``at`` (UTC): a daily curve peaking at 15:00, 0.3 of peak at night, weekends 0.6x.
+    """Relative load at ``at`` (UTC): a daily curve peaking at 15:00, 0.3 of peak at night, weekends 0.7x.
 
     Shape only (no source beyond the common daily cycle of interactive services); both traces
     cover about one hour, so each hour replays the trace at ``base_rate x diurnal_factor``.
     """
     daily = 0.3 + 0.7 * (0.5 + 0.5 * math.cos(2 * math.pi * (at.hour + at.minute / 60 - 15) / 24))
-    return daily * (0.6 if at.weekday() >= 5 else 1.0)
+    return daily * (0.7 if at.weekday() >= 5 else 1.0)
 
 
 @dataclass

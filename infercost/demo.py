@@ -103,7 +103,7 @@ class DemoOptions:
     duration_s: float | None = None  # None: until Ctrl-C
     backfill_days: float = 7.0
     reset: bool = False
-    backfill_rate_scale: float = 0.25
+    backfill_rate_scale: float = 0.2
     live_rate_scale: float = 0.1
     incident_after_s: float = 480.0  # BASELINE_WARMUP_S and a minute's margin
     incident_replica: str = "replica-2"

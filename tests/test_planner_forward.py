@@ -4,7 +4,7 @@ must be at least 80 % of the predicted one, and every SLO must hold.
 
 The demo store: 6 weekday hours of the demo's backfill (infercost/backfill.py: the Azure 2023
 conversation trace as chat / copilot / research-agent tasks, the diurnal curve, client retries) on
-the demo fleet (2x H100 + 2x A100, --max-num-seqs 16). The second run replays the same hours with
+the demo fleet (``infercost.demo.REPLICAS`` at its --max-num-seqs). The second run replays the same hours with
 seed 1: other task types, groupings, tenants and task arrivals, the simulator's other draws.
 """
 
@@ -25,6 +25,7 @@ from schema.fleet import load_fleet, sync_fleet
 from schema.queries import cost
 from schema.queries import planner as pq
 from serving.emulator.fleet_sim import ReplicaSpec, simulate
+from serving.emulator.profiles import get_profile
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,8 @@ def _run(store, fleet_file, candidate_replicas, sim_kwargs, seed: int):
 
     sync_fleet(store, load_fleet(fleet_file).model_validate({
         **load_fleet(fleet_file).model_dump(),
-        "replicas": {r.id: {"gpu_type": r.gpu_type, "gpu_count": r.gpu_count or 1} for r in candidate_replicas}}))
+        "replicas": {r.id: {"gpu_type": r.gpu_type, "gpu_count": r.gpu_count or get_profile(r.profile).gpu_count}
+                     for r in candidate_replicas}}))
     backfill = _backfill(seed)
     ingest = BufferedIngest(store)
     simulate(hourly_plans(backfill), candidate_replicas, start_time_ns=ns(START), retry_policy=backfill.retry_policy,

@@ -74,13 +74,13 @@ MAX_NUM_SEQS = 4
 BASELINE_WARMUP_S = 420.0
 
 
-def demo_profile(base: str) -> str:
-    """Register (once) and return the name of ``base`` with ``max_num_seqs = MAX_NUM_SEQS``."""
+def demo_profile(base: str, max_num_seqs: int = MAX_NUM_SEQS) -> str:
+    """Register (once) and return the name of ``base`` with ``max_num_seqs`` (default: the demo's)."""
     from serving.emulator import profiles
 
-    name = f"{base}-seqs{MAX_NUM_SEQS}"
+    name = f"{base}-seqs{max_num_seqs}"
     if name not in profiles.PROFILES:
-        profiles.PROFILES[name] = profiles.PROFILES[base].with_overrides(name=name, max_num_seqs=MAX_NUM_SEQS)
+        profiles.PROFILES[name] = profiles.PROFILES[base].with_overrides(name=name, max_num_seqs=max_num_seqs)
     return name
 
 

@@ -113,7 +113,8 @@ class DemoOptions:
     # a minute before retrying, so the 3x slower replica's calls time out and healthy ones do not.
     client_timeout_s: float = 60.0
     # The backfilled incident happens at a peak whatever the hour: extra load during it brings the fleet's
-    # to this multiple of the weekday afternoon's, where queues form on the A100s.
+    # to this multiple of the weekday afternoon's, where queues form on the A100s (more overloads the
+    # fleet before the fault, and the cascade rule then blames whichever A100 times out first).
     incident_peak_load: float = 1.0
     seed: int = 0
     summary_json: Path | None = None
@@ -196,12 +197,11 @@ def backfill_plan(options: DemoOptions, now: datetime):
     incident_at = max(0.0, span_s - 1500)
     faults = [FaultEvent(incident_at, options.incident_replica, "slowdown", options.incident_factor,
                          incident_at + 1200)]
-    # A peak for as long as the fault lasts: near capacity, the slow GPU's timeouts and retries spill onto
-    # the healthy replicas (the cascade rule names the culprit). Started 10 min earlier it let the other
-    # A100 time out first and the rule named that one; at 0.9 of the peak no cascade formed.
+    # A peak from 10 min before the fault to its end: near capacity, the slow GPU's timeouts and
+    # retries spill onto the healthy replicas (the cascade rule names the culprit).
     at_peak = options.backfill_rate_scale * diurnal_factor(start + timedelta(seconds=incident_at))
     extra = options.backfill_rate_scale * options.incident_peak_load - at_peak
-    surges = [(incident_at, incident_at + 1200, extra)] if extra > 0 else []
+    surges = [(max(0.0, incident_at - 600), incident_at + 1200, extra)] if extra > 0 else []
     plan = BackfillPlan(start=start, end=end, rate_scale=options.backfill_rate_scale,
                         fleet=[ReplicaSpec(rid, demo_profile(profile), gpu) for rid, (profile, gpu) in REPLICAS.items()],
                         faults=faults, surges=surges, seed=options.seed, mix=MIX, trace=TRACE, model=MODEL,

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-vllm test-faults setup system-deps clean
+.PHONY: demo test test-vllm test-faults test-bare-clone setup system-deps clean
 
 demo: setup
 	$(BIN)/infercost demo $(ARGS)
@@ -25,6 +25,11 @@ test-vllm: setup system-deps
 # prints acknowledged vs stored per fault. Needs root (mount, setpriv), as in CI.
 test-faults: setup
 	$(BIN)/python -m pytest tests/test_faults.py --faults -p no:cacheprovider $(PYTEST_ARGS)
+
+# A bare clone: a copy of the tree with nothing beside it, `pip install`ed into a fresh virtualenv;
+# `infercost demo --duration 1m` from another directory and the workload tests from the copy.
+test-bare-clone:
+	PY=$(PY) bash .ci/bare-clone
 
 setup: $(STAMP)
 

@@ -24,8 +24,9 @@ from typing import Any
 
 from alerts.config import AlertConfig, CascadeConfig
 from alerts.lifecycle import Lifecycle
-from alerts.model import RULE_CASCADE, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal, replica_label
-from alerts.series import FleetSeries, Step, rate_series, step_onset
+from alerts.model import (RULE_CASCADE, RULE_DEGRADATION, RULE_QUEUE, RULE_RETRY, RULE_SATURATION, Level, Signal,
+                          replica_label)
+from alerts.series import METRICS, FleetSeries, Step, rate_series, step_onset
 from schema.queries import alerts as q
 
 
@@ -87,16 +88,106 @@ def _load_ratio(fs: FleetSeries, name: str, onset: int, min_after: int) -> float
     return own / median(others) if others and median(others) > 0 else own
 
 
+def comparison_peers(fs: FleetSeries, name: str) -> list[str]:
+    """The replicas ``name`` is judged against: its GPU type's other replicas when it has any, else every
+    other replica (a lone A100 among H100s is slower by design; two A100s are compared with each other)."""
+    rep = fs.replicas[name]
+    same = [o for o in sorted(fs.replicas) if o != name and rep.gpu_type and fs.replicas[o].gpu_type == rep.gpu_type]
+    return same or [o for o in sorted(fs.replicas) if o != name]
+
+
+def _bad_share(fs: FleetSeries, name: str, kind: str, buckets: range) -> tuple[float, float]:
+    """(bad attempts, attempts) of ``name`` over ``buckets``: ``errors`` = upstream errors (gateway 5xx,
+    broken streams, engine errors), ``abandoned`` = attempts timed out or given up on by the client."""
+    rep = fs.replicas[name]
+    g = lambda f, b: rep.get(f, b) or 0.0  # noqa: E731
+    if kind == "errors":
+        bad = sum(g("gw_errors", b) + g("engine_errors", b) for b in buckets)
+    else:
+        bad = sum(g("gw_abandoned", b) + g("gw_failed", b) - g("gw_errors", b) for b in buckets)
+    return bad, sum(g("attempts", b) for b in buckets)
+
+
+def stands_out(fs: FleetSeries, name: str, kind: str, onset: int, c: CascadeConfig) -> dict[str, Any]:
+    """Does ``name``'s share of ``kind`` attempts (errors | abandoned) stand out against its peers'
+    (:func:`comparison_peers`) in some bucket from ``onset`` on (the ``min_after`` buckets of its step)?
+    An overloaded fleet times out on every replica alike: that is queue growth and saturation, not one
+    replica's fault. In a bucket it stands out when its bad share is >= ``failure_ratio`` x
+    the peers' median (and ``failure_delta`` above it), or their good share is >= ``failure_ratio`` x its
+    own (a replica answering 1% while a fleet its retries overloaded within the minute answers 43%).
+    Bucket by bucket, not pooled: near capacity the culprit's retries overload its peers a minute later.
+    Peers with fewer than 5 attempts in a bucket are left out; a bucket without any stands out by default
+    (nothing to compare with, as before). Returns the figures of the bucket where it stands out most."""
+    best: dict[str, Any] | None = None
+    for b in range(max(0, onset - c.min_after + 1), onset + 1):
+        bad, attempts = _bad_share(fs, name, kind, range(b, b + 1))
+        if attempts < 5:
+            continue
+        own = bad / attempts
+        peers = [pb / pa for o in comparison_peers(fs, name)
+                 for pb, pa in [_bad_share(fs, o, kind, range(b, b + 1))] if pa >= 5]
+        if not peers:
+            found = {"stands_out": True, "own_rate": _r(own), "peers_rate": None, "bucket": b, "margin": own}
+        else:
+            ref = median(peers)
+            worse = own >= c.failure_ratio * ref and own - ref >= c.failure_delta
+            answers_less = (1 - ref) >= c.failure_ratio * max(1 - own, 0.0) and own - ref >= c.failure_delta
+            found = {"stands_out": worse or answers_less, "own_rate": _r(own), "peers_rate": _r(ref), "bucket": b,
+                     "margin": own - ref}
+        if best is None or (found["stands_out"], found["margin"]) > (best["stands_out"], best["margin"]):
+            best = found
+    if best is None:
+        return {"stands_out": True, "own_rate": None, "peers_rate": None, "bucket": None}
+    best.pop("margin")
+    return best
+
+
+def _bucket_speed(fs: FleetSeries, name: str, b: int, min_samples: int = 5) -> float | None:
+    """``name``'s speed ratio in bucket ``b`` (``FleetSeries.ratios``: from at least ``min_samples`` calls of
+    its own), else, when it has no reference that way (a replica judged on its own baseline before it has
+    one), its per-token latencies over the median of its GPU type's other replicas' in that bucket (the
+    smaller of decode and prefill, as the speed ratio; ``min_samples`` calls each); None without either.
+    A few calls are no figure: those a slowed replica still finishes in its first minute mostly ran
+    before it slowed."""
+    ratio = fs.ratios[name][b]
+    if ratio is not None:
+        return ratio
+    rep = fs.replicas[name]
+    same = [o for o in comparison_peers(fs, name) if rep.gpu_type and fs.replicas[o].gpu_type == rep.gpu_type]
+    parts = []
+    for metric, samples in METRICS:
+        mine = rep.get(metric, b)
+        ref = [fs.replicas[o].get(metric, b) for o in same
+               if (fs.replicas[o].get(samples, b) or 0) >= min_samples and fs.replicas[o].get(metric, b)]
+        if mine and (rep.get(samples, b) or 0) >= min_samples and ref and median(ref) > 0:
+            parts.append(mine / median(ref))
+    return min(parts) if parts else None
+
+
+def _speed_normal(fs: FleetSeries, name: str, onset: int, c: CascadeConfig) -> bool:
+    """Is ``name``'s speed on its own work known and normal in every bucket from ``onset`` on
+    (:func:`_bucket_speed` below ``speed_ratio``)? Then its timeouts are queueing (load), not its own
+    slowness: two A100s of an overloaded fleet tip into timeouts a minute apart at the same speed."""
+    after = range(max(0, onset - c.min_after + 1), onset + 1)
+    ratios = [_bucket_speed(fs, name, b) for b in after]
+    return all(r is not None for r in ratios) and max(ratios) < c.speed_ratio
+
+
 def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> dict[str, Any] | None:
     """The evidence that ``name`` started a cascade, or None. Three kinds of step, each the earliest
     sustained rise of the replica's own series (alerts.series.step_onset):
-    - ``speed``: its speed ratio against its group (per-token latencies: shape-independent);
+    - ``speed``: its speed ratio against its group (per-token latencies: shape-independent; already a
+      comparison with its peers, or with its own baseline net of the fleet's change);
     - ``errors``: its upstream errors per attempt (5xx, refused connections, broken streams: not
       something load causes);
     - ``abandoned``: its attempts that timed out or that clients gave up on, per attempt.
     Speed and abandonment also rise when a replica is merely overloaded, so they count only when its
     own attempts (its load) rose less than ``load_rise`` x the fleet's rise at the onset (a replica
-    slowed or failing as more work was routed to it alone is a victim of that load, not a cause)."""
+    slowed or failing as more work was routed to it alone is a victim of that load, not a cause).
+    Errors and abandonment count only when they stand out against its peers' in a bucket of their step
+    (:func:`stands_out`: a fleet timing out everywhere is overloaded), and abandonment only
+    when its speed is not known to be normal then (:func:`_speed_normal`: timeouts at normal speed are
+    queueing)."""
     rep = fs.replicas[name]
     attempts = rep.values["attempts"]
     g = lambda f, b: rep.get(f, b) or 0.0  # noqa: E731
@@ -110,7 +201,13 @@ def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> d
         "abandoned": step_onset(rate_series(abandoned, attempts, 5), ratio=c.failure_ratio,
                                 min_delta=c.failure_delta, min_level=c.failure_floor, **kw),
     }
-    loads = {}
+    loads, peers = {}, {}
+    for kind in ("errors", "abandoned"):
+        st = steps[kind]
+        if st is not None:
+            peers[kind] = stands_out(fs, name, kind, st.onset, c)
+            if not peers[kind]["stands_out"] or (kind == "abandoned" and _speed_normal(fs, name, st.onset, c)):
+                steps[kind] = None  # as its peers, or timing out at its normal speed: load, not its fault
     for kind in ("speed", "abandoned"):
         st = steps[kind]
         if st is not None:
@@ -126,10 +223,12 @@ def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> d
     speed, err, ab = steps["speed"], steps["errors"], steps["abandoned"]
     return {"replica": name, "onset": first.onset, "onset_at": fs.bucket_start(first.onset).isoformat(),
             "evidence": kind, "gpu_type": rep.gpu_type, "peers": fs.peers.get(name),
+            "compared_with": comparison_peers(fs, name),
             "speed_before": _r(speed.before) if speed else None, "speed_after": _r(speed.after) if speed else None,
             "error_rate_before": _r(err.before) if err else None, "error_rate_after": _r(err.after) if err else None,
             "abandoned_rate_before": _r(ab.before) if ab else None,
             "abandoned_rate_after": _r(ab.after) if ab else None,
+            "peers_rate": (peers.get(kind) or {}).get("peers_rate"),
             "load_ratio": _r(loads.get(kind) if kind in loads else _load_ratio(fs, name, first.onset, c.min_after)),
             "failed_since_onset": int(sum(bad[b] for b in since)), "attempts_since_onset": int(rep.total("attempts", since))}
 
@@ -149,13 +248,18 @@ def pressure(fs: FleetSeries, culprit: str, c: CascadeConfig, earliest: int) -> 
             "waiting_after": _r(st.after, 2), "replicas": sorted(r.replica for r in others)}
 
 
-def find_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig) -> dict[str, Any] | None:
+def find_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig, sustained: bool = False,
+               exclude: str | None = None) -> dict[str, Any] | None:
     """The chain at ``fs.now``, or None: the fleet's retries are elevated now (the newest ``min_after``
     buckets at ``retry_floor``), and some replica is a culprit candidate (:func:`candidate`) followed by
     a retry step no earlier than ``tolerance_s`` before its onset and no later than ``within_s`` after
     it, and by pressure on the other replicas (a waiting step no earlier than ``tolerance_s`` before its
     onset, or a firing saturation alert of another replica). The earliest such candidate is the
-    culprit; ties go to the larger share of the fleet's failed attempts since its onset."""
+    culprit; ties go to the larger share of the fleet's failed attempts since its onset.
+
+    ``sustained``: an open cascade's retries already sustain the incident (its chain was complete), so
+    a new culprit needs no retry step of its own, only its trigger and the pressure after it (re-naming,
+    :func:`cascade_signal`). ``exclude``: a replica that cannot be the culprit."""
     c = config.cascade
     tol, within = max(1, c.tolerance_s // fs.bucket_s), c.within_s // fs.bucket_s
     rates = retry_rates(fs, c.min_first_attempts)
@@ -165,12 +269,14 @@ def find_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig) -> di
     saturated = lifecycle.firing(RULE_SATURATION)
     found = []
     for name in fs.replicas:
-        cand = candidate(fs, name, c, fs.n - 1)
+        cand = candidate(fs, name, c, fs.n - 1) if name != exclude else None
         if cand is None:
             continue
         retry = step_onset(rates, ratio=c.retry_ratio, min_delta=c.retry_delta, min_level=c.retry_floor,
                            min_after=c.min_after, max_onset=cand["onset"] + tol)
-        if retry is None or retry.onset < cand["onset"] - within:
+        if retry is not None and retry.onset < cand["onset"] - within:
+            retry = None
+        if retry is None and not sustained:
             continue
         press = pressure(fs, name, c, cand["onset"] + tol)
         others_saturated = [a.replica for a in saturated if a.replica != name]
@@ -187,13 +293,17 @@ def find_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig) -> di
     found.sort(key=lambda x: (-x[0]["onset"], -(x[0]["failure_share"] or 0), -(x[0]["speed_after"] or 0)))
     cand, retry, press, others_saturated = found[0]
     name = cand["replica"]
-    links = [
-        {"step": "trigger", "rule": "", "replica": name, "started_at": cand["onset_at"],
-         "summary": _trigger_summary(cand), "figures": cand},
-        {"step": "sustaining", "rule": RULE_RETRY, "replica": "", "started_at": fs.bucket_start(retry.onset).isoformat(),
-         "summary": f"fleet retries per first attempt {retry.before:.1%} -> {retry.after:.1%}",
-         "figures": {"retry_rate_before": _r(retry.before, 4), "retry_rate_after": _r(retry.after, 4)}},
-    ]
+    links = [{"step": "trigger", "rule": "", "replica": name, "started_at": cand["onset_at"],
+              "summary": _trigger_summary(cand), "figures": cand}]
+    if retry is not None:
+        links.append({"step": "sustaining", "rule": RULE_RETRY, "replica": "",
+                      "started_at": fs.bucket_start(retry.onset).isoformat(),
+                      "summary": f"fleet retries per first attempt {retry.before:.1%} -> {retry.after:.1%}",
+                      "figures": {"retry_rate_before": _r(retry.before, 4), "retry_rate_after": _r(retry.after, 4)}})
+    else:  # re-naming an open cascade: its retries were already elevated before this trigger
+        links.append({"step": "sustaining", "rule": RULE_RETRY, "replica": "", "started_at": cand["onset_at"],
+                      "summary": f"fleet retries per first attempt at {min(now_level):.1%} (already elevated)",
+                      "figures": {"retry_rate_now": _r(min(now_level), 4)}})
     if press is not None:
         links.append({"step": "pressure", "rule": RULE_QUEUE, "replica": "", "started_at": press["onset_at"],
                       "summary": (f"requests waiting on the other replicas {press['waiting_before']:g} -> "
@@ -233,17 +343,22 @@ def cascade_signal(fs: FleetSeries | None, lifecycle: Lifecycle, now: datetime, 
 
     ``levels``: this evaluation's fleet verdicts of RULE_RETRY and RULE_QUEUE. A new cascade FIREs on
     a complete chain (:func:`find_chain`). An active one stays (HOLD) while retry amplification or
-    queue growth is not CLEAR; then CLEAR. The culprit named at onset is kept.
+    queue growth is not CLEAR; then CLEAR. The culprit named at onset is kept while its evidence holds
+    (it is still a candidate, or still degraded); when its evidence no longer holds and another
+    replica's does (:func:`renamed_chain`), the verdict is a FIRE naming the new culprit with
+    ``figures["renamed_from"]``: the evaluator resolves the open cascade and fires this one.
     """
     current = lifecycle.get(RULE_CASCADE, "")
     sustained = levels.get(RULE_RETRY, Level.CLEAR) is not Level.CLEAR or levels.get(RULE_QUEUE, Level.CLEAR) is not Level.CLEAR
     if current is not None:
         replica = current.replica
+        renamed = renamed_chain(fs, lifecycle, config, replica) if sustained and fs is not None else None
+        if renamed is not None:
+            return _fire(renamed, renamed_from=replica)
         culprit = "recovered"
         if fs is not None and replica in fs.replicas:
             speed = [v for v in fs.ratios[replica][:2] if v is not None]
             culprit = "still degraded" if speed and max(speed) >= config.cascade.speed_ratio else "recovered"
-        from alerts.model import RULE_DEGRADATION
         if lifecycle.get(RULE_DEGRADATION, replica) is not None:
             culprit = "still degraded"
         figures = dict(current.figures)
@@ -256,14 +371,41 @@ def cascade_signal(fs: FleetSeries | None, lifecycle: Lifecycle, now: datetime, 
     chain = find_chain(fs, lifecycle, config) if fs is not None else None
     if chain is None:
         return Signal(RULE_CASCADE, "", Level.CLEAR, "critical", "no cascade", {})
+    return _fire(chain)
+
+
+def renamed_chain(fs: FleetSeries, lifecycle: Lifecycle, config: AlertConfig, named: str) -> dict[str, Any] | None:
+    """The chain of another culprit when an open cascade's evidence now points away from ``named``, else
+    None (a cascade opened on a healthy replica kept naming it after the real culprit slowed).
+
+    ``named`` keeps the cascade while it has evidence: still a culprit candidate on the current series
+    (:func:`candidate`: its trigger is in the window and still stands out against its peers), its speed
+    ratio at ``speed_ratio`` in the newest two buckets, or a degradation alert active on it; and while
+    no data is left about it (absence of evidence is no recovery). Otherwise the culprit of the chain
+    :func:`find_chain` finds among the other replicas, their retries counted as already sustained."""
+    c = config.cascade
+    if named not in fs.replicas or lifecycle.get(RULE_DEGRADATION, named) is not None:
+        return None
+    speed = [v for v in fs.ratios[named][:2] if v is not None]
+    if (speed and max(speed) >= c.speed_ratio) or candidate(fs, named, c, fs.n - 1) is not None:
+        return None
+    return find_chain(fs, lifecycle, config, sustained=True, exclude=named)
+
+
+def _fire(chain: dict[str, Any], renamed_from: str = "") -> Signal:
     replica = chain["replica"]
     figures = {"culprit": replica, "chain": chain["chain"], "candidates": chain["candidates"],
                "actions": actions(replica), "culprit_status": "degraded"}
     description = ("One replica slowed or failed on its own work, clients retried, and the other replicas' queues "
                    "grew: a cascading (possibly metastable) failure. The culprit is the replica whose own speed or "
-                   "failures stepped up first while its load did not; the evidence lists every candidate. The alert "
-                   "stays firing while retries and queues stay elevated, even after the culprit recovers. Suggested "
-                   "actions: " + " ".join(f"({i}) {a}" for i, a in enumerate(actions(replica), 1)))
+                   "failures stepped up first while its load did not and its peers' did not; the evidence lists every "
+                   "candidate. The alert stays firing while retries and queues stay elevated, even after the culprit "
+                   "recovers. Suggested actions: " + " ".join(f"({i}) {a}" for i, a in enumerate(actions(replica), 1)))
+    if renamed_from:
+        figures["renamed_from"] = renamed_from
+        description = (f"Re-named from {replica_label(renamed_from)}, whose evidence no longer holds (not slower "
+                       f"than its peers, not failing more than them): the evidence now points at "
+                       f"{replica_label(replica)}. " + description)
     return Signal(RULE_CASCADE, "", Level.FIRE, "critical", _summary(replica, chain["chain"], "degraded"), figures,
                   replica=replica, description=description, labels={"replica": replica})
 

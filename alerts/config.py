@@ -54,10 +54,12 @@ class DegradationConfig:
     Unanswered work, when its speed cannot be judged (too few engine spans: vLLM 0.32 exports no
     ``llm_request`` span for a request the client aborted, so a replica slowed until clients time out
     leaves almost none): clients gave up on (client_cancel) or the gateway timed out >= ``abandon_rate_min``
-    (50%) of the attempts on it in every busy bucket, the other replicas' median answered share is >=
+    (50%) of the attempts on it in every busy bucket, its peers' median answered share is >=
     ``answered_ratio`` (3x) its own (floored at ``error_floor``), and its attempts are at most
-    ``abandon_load_ratio`` (1.3x) the others' median (a replica given more work than the rest is
-    overloaded, not degraded); at least ``min_attempts`` attempts.
+    ``abandon_load_ratio`` (1.3x) their median (a replica given more work than the rest is
+    overloaded, not degraded); at least ``min_attempts`` attempts. Its peers: its GPU type's other
+    replicas when it has any with ``min_attempts``, else every other replica (behind blind
+    routing an overloaded fleet's A100s time out while its H100s answer, by design, not degradation).
     A firing alert whose replica stops reporting stays firing in a no-data state (issue 15), and
     resolves after ``no_data_resolve_s`` without data (30 min: a replica retired while degraded).
     """
@@ -143,8 +145,15 @@ class QueueConfig:
     Rising = each bucket above the one before by at least ``min_step`` requests (``min_step_s`` for
     queue time), the newest at least ``min_waiting`` requests (``min_queue_p95_s``) and at least
     ``growth_ratio`` x the median of the older buckets (a busy fleet whose queue is never quite
-    empty is not growing: issue 15's noise). Clears when the newest bucket is back to
-    ``max(clear_waiting, clear_ratio x that median)`` requests and likewise for queue time.
+    empty is not growing: noise).
+    ``min_waiting`` (4 requests waiting, summed over the fleet) is also the absolute floor of the rule:
+    it never fires with fewer requests waiting, whichever signal rose, when the fleet reports
+    ``vllm:num_requests_waiting`` (a healthy 3-replica fleet fired on its queue-time p95
+    rising to 2.5-5.5 s while 0-0.5 requests waited, a few long prompts queued behind each other:
+    nothing an operator acts on). Set it to the smallest queue you would act on; a fleet that
+    exports no waiting gauge is judged on queue time alone (``min_queue_p95_s``).
+    Clears when the newest bucket is back to ``max(clear_waiting, clear_ratio x that median)``
+    requests and likewise for queue time.
     ``windows`` 2 (not more): a slow replica's queue fills within ~2 min and then plateaus, since
     clients time out and abort what waited too long (the queue is bounded by arrival rate x client
     timeout), so a third rising minute often never comes. ``for_s`` 60.
@@ -196,13 +205,23 @@ class CascadeConfig:
       peers) steps up to ``speed_ratio``, or whose failed and abandoned attempts per attempt step up
       (``failure_floor``, ``failure_ratio``, ``failure_delta``) while its own attempts did not rise more
       than ``load_rise`` x (failures that its own load does not explain), with the onset no later than
-      ``tolerance_s`` after the retries' and no earlier than ``within_s`` before. The earliest onset is the
+      ``tolerance_s`` after the retries' and no earlier than ``within_s`` before. Failed and abandoned
+      attempts count only when they stand out against the replica's peers (its GPU type's other
+      replicas, else the fleet) in a bucket of the step: ``failure_ratio`` x their share and
+      ``failure_delta`` above it, or their answered share ``failure_ratio`` x its own; abandoned ones
+      only when its speed on its own work is not known to be normal then (an overloaded fleet
+      times out everywhere, its blind-routed A100s first, and none of them is slower than its peers:
+      that is queue growth and saturation, not a cascade). The earliest onset is the
       culprit; ties go to the larger share of the fleet's failed attempts ("where the retries come from").
     - pressure: the other replicas' summed ``vllm:num_requests_waiting`` steps up (``pressure_floor``,
       ``pressure_ratio``, ``pressure_delta``) no earlier than ``tolerance_s`` before the culprit's onset,
       or a saturation alert fires on another replica.
     Stays firing while retry amplification or queue growth persists (the sustaining effect of a
-    metastable failure, OSDI'22) even after the culprit recovered. Cost fallback when the cost
+    metastable failure, OSDI'22) even after the culprit recovered. While it is open the culprit is
+    judged again at every evaluation: when the named replica's evidence no longer holds (no longer a
+    candidate, not degraded) and another replica's does (its trigger and the pressure after it; the
+    open cascade's retries count as sustaining it), the cascade is resolved and fires again naming
+    that replica. Cost fallback when the cost
     engine's tables are absent: fleet GPU-hours x ``gpu_hour_usd`` x the retry share of attempts
     (``gpu_hour_usd`` 2.50: an on-demand H100-class GPU-hour, order of magnitude of 2025 cloud list
     prices; configure yours).

@@ -253,7 +253,12 @@ class Evaluator:
         self._freeze_retry_baseline(signals)
         if store_error is None and {RULE_RETRY, RULE_QUEUE} <= evaluated:
             cascade = cascade_rule.cascade_signal(self.series, self.lifecycle, now, c, levels)
-            cascade_transitions = self.lifecycle.apply([cascade], now, self.for_s, {RULE_CASCADE})
+            cascade_transitions = []
+            if cascade.level is Level.FIRE and cascade.figures.get("renamed_from") and \
+                    self.lifecycle.get(RULE_CASCADE, "") is not None:  # evidence points elsewhere: resolve, re-fire
+                cascade_transitions += self.lifecycle.resolve(RULE_CASCADE, "", now, {
+                    "resolved_by": "renamed", "renamed_to": cascade.replica})
+            cascade_transitions += self.lifecycle.apply([cascade], now, self.for_s, {RULE_CASCADE})
             for t in cascade_transitions:
                 if t.state in (State.FIRING, State.RESOLVED) and not t.note:
                     self._cost(t, now)

@@ -115,6 +115,22 @@ class Lifecycle:
             alert.clear_since = None
         return out
 
+    def resolve(self, rule: str, key: str, now: datetime, figures: dict | None = None) -> list[Transition]:
+        """Resolve the active alert of (``rule``, ``key``) now, whatever its clear countdown, its figures
+        updated with ``figures`` (why: e.g. a cascade re-named to another culprit resolves the one that
+        named the old culprit). Returns its transition ([] when none is active)."""
+        alert = self.active.get((rule, key))
+        if alert is None:
+            return []
+        alert.figures.update(figures or {})
+        if alert.state is State.PENDING:
+            alert.state = State.CANCELLED
+        else:
+            alert.state = State.RESOLVED
+        alert.resolved_at = now
+        self._close((rule, key), alert)
+        return [_snapshot(now, alert)]
+
     def _no_data(self, key, alert: Alert, now: datetime) -> list[Transition]:
         if alert.state is State.PENDING:
             alert.state = State.CANCELLED

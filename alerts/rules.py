@@ -109,7 +109,9 @@ def queue_from_series(fs: FleetSeries, cfg: QueueConfig) -> Signal:
     """One fleet-wide verdict from the series (bucket 0 newest): fleet waiting = sum over replicas of
     their bucket means; queue time = the worst replica's engine queue-time p95.
 
-    FIRE: either rises (:func:`_rising`) over ``windows`` buckets. CLEAR: the newest bucket back to
+    FIRE: either rises (:func:`_rising`) over ``windows`` buckets, with at least ``min_waiting`` requests
+    waiting in the fleet (the absolute floor, for queue time too, when the waiting gauge is reported). CLEAR:
+    the newest bucket back to
     ``max(clear_waiting, clear_ratio x baseline)`` and likewise for queue time (absent = 0). HOLD
     otherwise (a high plateau keeps a firing alert firing).
     """
@@ -121,12 +123,18 @@ def queue_from_series(fs: FleetSeries, cfg: QueueConfig) -> Signal:
     rising_w, base_w = _rising(w, cfg.windows, cfg.min_step, cfg.min_waiting, cfg.growth_ratio)
     rising_p, base_p = _rising(p, cfg.windows, cfg.min_step_s, cfg.min_queue_p95_s, cfg.growth_ratio)
     newest_w, newest_p = w[0] or 0.0, p[0] or 0.0
+    # the operator's absolute floor: no queue growth with fewer than ``min_waiting`` requests waiting in
+    # the fleet, whichever signal rose (a queue-time p95 rising over 0.5 requests waiting is a few long
+    # prompts queued behind each other); without the waiting gauge queue time is judged alone
+    below_floor = w[0] is not None and newest_w < cfg.min_waiting
+    rising_p = rising_p and not below_floor
     figures = {
         "bucket_s": fs.bucket_s, "windows": cfg.windows,
         "waiting_series": [_r(w[b], 2) for b in range(cfg.windows, -1, -1)],
         "queue_p95_series_s": [_r(p[b], 3) for b in range(cfg.windows, -1, -1)],
         "waiting": _r(newest_w, 2), "queue_p95_s": _r(newest_p, 3), "waiting_baseline": _r(base_w, 2),
         "queue_p95_baseline_s": _r(base_p, 3), "rising_waiting": rising_w, "rising_queue_time": rising_p,
+        "min_waiting": cfg.min_waiting,
     }
     if rising_w or rising_p:
         level = Level.FIRE

@@ -80,12 +80,16 @@ def unanswered(rep: ReplicaSeries, window: range) -> tuple[float, float, int]:
 
 
 def _abandon_jump(fs: FleetSeries, name: str, window: range, cfg: DegradationConfig) -> dict[str, Any] | None:
-    """Figures when clients give up on ``name`` far more than on the other replicas at no more load
-    (DegradationConfig: unanswered work), else None."""
+    """Figures when clients give up on ``name`` far more than on its peers at no more load
+    (DegradationConfig: unanswered work), else None. Its peers: the replicas of its GPU type when it has
+    any with ``min_attempts`` (a blind-routed A100 times out before the H100s in an overloaded fleet, by
+    design), else every other replica."""
     rep = fs.replicas[name]
     rate, answered, attempts = unanswered(rep, window)
-    others = [unanswered(r, window) for o, r in fs.replicas.items() if o != name]
-    others = [(ok, a) for _, ok, a in others if a >= cfg.min_attempts]
+    every = {o: unanswered(r, window) for o, r in fs.replicas.items() if o != name}
+    every = {o: (ok, a) for o, (_, ok, a) in every.items() if a >= cfg.min_attempts}
+    same = [v for o, v in every.items() if rep.gpu_type and fs.replicas[o].gpu_type == rep.gpu_type]
+    others = same or list(every.values())
     if attempts < cfg.min_attempts or rate < cfg.abandon_rate_min or not others:
         return None
     others_answered = median(ok for ok, _ in others)
@@ -96,7 +100,8 @@ def _abandon_jump(fs: FleetSeries, name: str, window: range, cfg: DegradationCon
             or not sustained):
         return None
     return {"abandoned_rate": _r(rate, 4), "answered_rate": _r(answered, 4),
-            "others_median_answered_rate": _r(others_answered, 4), "load_ratio": _r(load)}
+            "others_median_answered_rate": _r(others_answered, 4), "load_ratio": _r(load),
+            "abandon_peers": "same_gpu_type" if same else "fleet"}
 
 
 def _sustained(rep: ReplicaSeries, window: range, min_rate: float) -> bool:
@@ -187,8 +192,9 @@ def degradation_from_series(fs: FleetSeries, cfg: DegradationConfig,
 
 
 def _abandon_summary(name: str, f: dict, cfg: DegradationConfig) -> str:
+    peers = "its GPU type's other replicas" if f.get("abandon_peers") == "same_gpu_type" else "the other replicas"
     return (f"{replica_label(name)} answers {f['answered_rate']:.1%} of its attempts vs "
-            f"{f['others_median_answered_rate']:.1%} on the other replicas at {f['load_ratio']:.2f}x their load: "
+            f"{f['others_median_answered_rate']:.1%} on {peers} at {f['load_ratio']:.2f}x their load: "
             f"clients gave up on {f['abandoned_rate']:.1%} (last {cfg.window_s}s; too few engine spans to "
             f"judge its speed, as aborted requests export none)")
 

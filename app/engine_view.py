@@ -154,7 +154,7 @@ def render(view, bucket_s: int, replica: str, annotations: pd.DataFrame) -> None
     st.subheader(f"vLLM engine · whole range ({ui.range_label(view)})")
     st.caption(f"From the replicas' scraped /metrics (vLLM's own counters, gauges and histograms), "
                f"{charts.bucket_text(bucket_s)} buckets; times in {ui.tz_label()}."
-               + (f" Replica {replica} only." if replica else ""))
+               + (f" Replica {fmt.md_escape(replica)} only." if replica else ""))
     # Tabs, as on the overview (app/views/live_ops.py): a Vega chart costs the browser ~80-90 ms to draw
     # whatever its data, and a hidden tab runs neither its queries nor its charts (app.ui.lazy_tabs).
     batch, tokens, latency = ui.lazy_tabs(TABS, TAB_KEY)

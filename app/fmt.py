@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 DASH = "—"
 
@@ -90,21 +91,47 @@ def duration(value) -> str:
 
 
 # The characters that start inline Markdown (emphasis, code, links, images, HTML, entities, tables,
-# strikethrough) plus '$' (LaTeX in Streamlit and GitHub) and '#' (headings). Dots and dashes are
-# left alone: they only matter at the start of a line, and values never start one (newlines are
-# replaced). Streamlit's ':color[...]' needs '[', escaped here.
-_MD_SPECIAL = set("\\`*_[]<>!|~$&#")
+# strikethrough) plus '$' (LaTeX in Streamlit and GitHub) and '#' (headings); backslash-escaped, each
+# stands for itself (CommonMark). Others are escaped only where they would open a block (below): figures
+# and dates in the Markdown review stay readable ('$1.50' is '\$1.50', not '\$1\.50').
+_MD_SPECIAL = frozenset("\\`*_[]<>!|~$&#")
+# A value that starts with a list marker or a thematic break ('- x', '+ x', '1. x', '---') would open
+# a block where it begins a paragraph (an alert summary, a metric value): that marker is escaped too
+# ('-4.0 %' and '1.5 s' are no markers and stay as they are).
+_BLOCK_START = re.compile(r"^(\s*)(?:([-+])(?=[\s-]|$)|(\d{1,9})([.)])(?=\s|$))")
+# What escaping cannot stop: GitHub-flavoured autolinks ('http://', 'www.', 'user@host') and Streamlit's
+# directives (':material/icon:', ':smile:', ':red[…]') are found in the text after the escapes are
+# resolved. A word joiner (U+2060: no width, no line break) inside each keeps the text as it reads while
+# no pattern matches it.
+WORD_JOINER = "\u2060"
+_TEXT_PATTERNS = re.compile(r"(?i):(?=//|[a-z][\w+-]*[:\[/])|www(?=\.)|(?=@)")
 
 
 def md_escape(text) -> str:
-    """``text`` with every Markdown-active character backslash-escaped, so Markdown renders it as the
-    literal text (no links, images, HTML, emphasis, LaTeX or icons). For user-controlled strings
-    (replica ids, task types, URL parameters, alert text) shown in ``st.markdown`` / ``st.warning`` /
-    a Markdown report. Newlines become spaces (a value never starts a new block)."""
-    out = []
-    for ch in str(text).replace("\r", " ").replace("\n", " "):
-        out.append("\\" + ch if ch in _MD_SPECIAL else ch)
-    return "".join(out)
+    """``text`` as Markdown that renders as exactly that text in Streamlit (``st.markdown``, captions,
+    alerts, widget labels, metric labels and values, tab and expander labels) and in a Markdown file:
+    Markdown's active characters backslash-escaped (a leading list marker too), a :data:`WORD_JOINER`
+    inside anything that would become an autolink, an icon, an emoji or a colour, newlines as spaces (a
+    value never starts a new block). For every string from telemetry or the URL (replica ids, task ids
+    and types, tenants, models, alert text, link parameters) that reaches a Markdown-rendering element."""
+    text = "".join("\\" + ch if ch in _MD_SPECIAL else ch for ch in _plain(text))
+    return _BLOCK_START.sub(lambda m: m.group(1) + ("\\" + m.group(2) if m.group(2) else f"{m.group(3)}\\{m.group(4)}"),
+                            text)
+
+
+def _plain(text) -> str:
+    """``text`` on one line, a :data:`WORD_JOINER` inside each autolink or directive trigger."""
+    return _TEXT_PATTERNS.sub(lambda m: m.group(0) + WORD_JOINER, str(text).replace("\r", " ").replace("\n", " "))
+
+
+def md_code(text) -> str:
+    """``text`` as one Markdown code span (monospace, shown literally: no escapes needed inside), its
+    fence longer than any run of backticks in it (CommonMark), newlines as spaces (Streamlit rewrites a
+    ':material/icon:' even there: a :data:`WORD_JOINER` stops it). For ids."""
+    body = _plain(text)
+    fence = "`" * (max((len(run) for run in re.findall("`+", body)), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def md_code_spans(text: str) -> str:
@@ -113,4 +140,4 @@ def md_code_spans(text: str) -> str:
     parts = str(text).split("`")
     if len(parts) % 2 == 0:  # an unbalanced backtick: no code spans at all
         return md_escape(text)
-    return "".join(f"`{p}`" if i % 2 else md_escape(p) for i, p in enumerate(parts))
+    return "".join(md_code(p) if i % 2 else md_escape(p) for i, p in enumerate(parts))

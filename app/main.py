@@ -13,7 +13,8 @@ import streamlit as st
 from app import auth, filters, store_provider, ui
 from schema.queries.cost import shared_spans
 
-st.set_page_config(page_title="infercost", page_icon=":material/paid:", layout="wide")
+# An emoji icon is drawn in the page itself; a ':material/…:' page icon is fetched from Google's font host.
+st.set_page_config(page_title="infercost", page_icon="💰", layout="wide")
 auth.gate()
 
 PAGES = [

@@ -9,6 +9,7 @@ figure is the one the report prints, and offers both files for download.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from html import escape
 
 import pandas as pd
 import streamlit as st
@@ -57,7 +58,7 @@ def _show_block(block, key: str) -> None:
         st.dataframe(pd.DataFrame(list(block.rows), columns=list(block.headers)), hide_index=True,
                      width="stretch", key=key)
     elif isinstance(block, Chart):
-        st.html(f'<div role="img" aria-label="{block.alt}">{block.svg}</div>')
+        st.html(f'<div role="img" aria-label="{escape(block.alt)}">{block.svg}</div>')
 
 
 def default_week(now: datetime, filters=None, has_data=None) -> str:

@@ -31,7 +31,7 @@ from serving.emulator.fleet_sim import ReplicaSpec, simulate  # noqa: E402
 from serving.plans import CallPlan, StepPlan, TaskPlan  # noqa: E402
 from serving.emulator.virtual import read_azure, single_call_plans  # noqa: E402
 
-TRACE = ROOT.parent / "shared" / "data" / "azure_llm_inference_2023_conv.csv"
+TRACE = ROOT / "serving" / "workloads" / "data" / "azure_llm_inference_2023_conv.csv"
 
 
 class CountingSink:

@@ -26,6 +26,9 @@ attribute (a prompt logged as an attribute, say). Array/kvlist values nested dee
 level — which the store keeps as null — are cut to that level when they are too deep to decode
 (protobuf's recursion limit, ~30 levels; a JSON body is pruned the same way). Both are reported in
 the partial-success message with 0 rejected spans.
+
+Prompts and completions on spans (content attributes and events, ``collectors/content.py``) are
+removed unless ``keep_content``; the count is in :attr:`PreparedTraces.content_dropped`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from collectors import otlp_common as common
+from collectors.content import drop_content, may_hold_content
 from collectors.lenient import decode_problem, flatten_deep_values, lenient_traces_request
 
 _ZERO_TRACE = bytes(16)
@@ -59,6 +63,7 @@ class PreparedTraces:
     newest_ns: int = 0
     truncated: int = 0  # attribute keys/values cut to the size limit, values cut to one nesting level
     span_ids: bytes = b""  # the accepted spans' 8-byte span ids, concatenated (the writer's split check)
+    content_dropped: int = 0  # prompt/completion attributes and events removed (collectors/content.py)
 
 
 class _Rejections:
@@ -277,7 +282,7 @@ def _from_json(doc: dict, rejections: _Rejections, truncations: common.Truncatio
 
 def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.PROTOBUF,
                    max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES,
-                   bounds: common.TimeBounds | None = None) -> PreparedTraces:
+                   bounds: common.TimeBounds | None = None, keep_content: bool = False) -> PreparedTraces:
     """Decode, validate and normalise one trace export request.
 
     Args:
@@ -285,6 +290,7 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
         media: ``application/x-protobuf`` or ``application/json`` (ignored for a message).
         max_attribute_bytes: string/bytes attribute values longer than this are truncated.
         bounds: span start times accepted (retention, clock skew); None accepts any time.
+        keep_content: keep prompt and completion attributes and events (removed by default).
 
     Returns:
         :class:`PreparedTraces`; ``payload`` is empty when nothing was accepted.
@@ -294,6 +300,7 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
     """
     rejections = _Rejections()
     truncations = common.Truncations()
+    text = None if isinstance(body, ExportTraceServiceRequest) else bytes(body)
     if isinstance(body, ExportTraceServiceRequest):
         request, raw = body, None
     elif media == common.JSON:
@@ -320,9 +327,10 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
             common.truncate_attributes(event.attributes, max_attribute_bytes, f"{where} event", truncations)
         for link in message.links:
             common.truncate_attributes(link.attributes, max_attribute_bytes, f"{where} link", truncations)
+    content_dropped = drop_content(request) if accepted and not keep_content and may_hold_content(request, text) else 0
     if accepted == 0:
         payload = b""
-    elif raw is not None and not changed and not truncations.count:
+    elif raw is not None and not changed and not truncations.count and not content_dropped:
         payload = raw  # the common case: store the client's bytes as they are
     else:
         payload = request.SerializeToString()
@@ -335,5 +343,5 @@ def prepare_traces(body: bytes | ExportTraceServiceRequest, media: str = common.
     if truncations.count:
         messages.append(truncations.message(max_attribute_bytes))
     return PreparedTraces(payload, accepted, rejections.count, "; ".join(messages), newest, truncations.count,
-                          b"".join(ids))
+                          b"".join(ids), content_dropped)
 

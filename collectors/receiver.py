@@ -86,6 +86,7 @@ class ReceiverConfig:
     ingest_token: str = ""  # when set, /v1/* require "Authorization: Bearer <token>"
     max_body_bytes: int = common.MAX_BODY_BYTES  # after decompression (OTLP spec: 64 MiB)
     max_attribute_bytes: int = common.MAX_ATTRIBUTE_VALUE_BYTES  # longer values are truncated
+    keep_content: bool = False  # keep prompts and completions on spans (collectors/content.py)
     batch_max_rows: int = 5000  # writer inserts when this many rows wait ...
     batch_max_seconds: float = 1.0  # ... or when the oldest has waited this long
     batch_cap_rows: int = 100_000  # largest single insert under load
@@ -332,6 +333,7 @@ def create_app(receiver: Receiver) -> Starlette:
             stats.received += prepared.accepted + prepared.rejected
             stats.rejected += prepared.rejected
             stats.truncated_attributes += prepared.truncated
+            stats.content_dropped += prepared.content_dropped
         else:
             stats.metric_points_received += prepared.accepted + prepared.rejected
             stats.metric_points_rejected += prepared.rejected
@@ -384,5 +386,5 @@ def _prepare(prepare_fn, raw: bytes, encoding: str | None, media: str, receiver:
     config = receiver.config
     body = common.decompress(raw, encoding, config.max_body_bytes)
     if prepare_fn is prepare_traces:
-        return prepare_traces(body, media, config.max_attribute_bytes, receiver.bounds())
+        return prepare_traces(body, media, config.max_attribute_bytes, receiver.bounds(), config.keep_content)
     return prepare_fn(body, media, receiver.bounds())

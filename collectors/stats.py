@@ -26,6 +26,7 @@ class ReceiverStats:
     metric_points_stored: int = 0
     metric_points_rejected: int = 0
     truncated_attributes: int = 0
+    content_dropped: int = 0  # prompt/completion attributes and events removed before storing
     quarantined_rows: int = 0  # rows moved to spool/quarantine since start (the store refused them as unparseable)
     quarantine_rows: int = 0  # rows in spool/quarantine now (replay: `infercost spool replay`)
     quarantine_records: int = 0  # records (requests) in spool/quarantine now
@@ -95,6 +96,8 @@ class ReceiverCollector:
             ("metric_points_stored", "Metric data points inserted into the store.", s.metric_points_stored),
             ("metric_points_rejected", "Metric data points rejected as invalid or unsupported.", s.metric_points_rejected),
             ("attributes_truncated", "Attribute values truncated to the size limit.", s.truncated_attributes),
+            ("content_dropped", "Prompt and completion attributes and events removed from spans before storing "
+                                "(INFERCOST_KEEP_CONTENT=true keeps them).", s.content_dropped),
             ("rows_quarantined", "Rows moved to the quarantine folder (the store refused them as unparseable).",
              s.quarantined_rows),
             ("spool_write_errors", "Spool appends that failed (disk full, I/O error); answered 503.",

@@ -337,7 +337,7 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     load = LoadThread(plans, f"{gateway.url}/v1", _retry_policy(options.client_timeout_s),
                       make_tracer_provider("infercost-demo-client", otlp_endpoint=otlp)).start()
     service.extra.append(load)
-    jobs.start(store)
+    service.start_jobs()  # the schedule `infercost up` runs: the chain and the late-data recompute
     service.start_alerts(config=alert_config())
     api = service.start_api()
     dashboard = serve(store, settings.dashboard_host, settings.dashboard_port, block=False,

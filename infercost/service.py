@@ -77,6 +77,7 @@ class Service:
         """Start the OTLP/HTTP receiver (and a scraper of ``scrape_targets`` feeding its writer)."""
         from infercost.commands.collector import receiver_config, start_collector
 
+        check_ingest(self.settings.receiver_host, self.settings)
         self.receiver, self.scraper = start_collector(self.store, receiver_config(self.settings), scrape_targets,
                                                       min_free_disk_bytes=self.settings.min_free_disk_bytes)
         return self.receiver
@@ -92,11 +93,16 @@ class Service:
         return scheduler
 
     def start_jobs(self):
+        """The cost jobs' schedule, one for ``infercost up`` and ``infercost demo``: the periodic chain
+        (refreshable materialized views, every minute) and, on a background thread, the recompute of
+        minutes whose data arrived after the live window plus the hourly rollups
+        (:class:`schema.jobs.LateRecompute`, every minute; stopped with the service). Returns it."""
         from schema import jobs
 
         jobs.start(self.store)
-        # minutes whose data arrived after the live window are recomputed in the background
-        self.extra.append(jobs.LateRecompute(self.store, retention_days=self.settings.retention_days).start())
+        late = jobs.LateRecompute(self.store, retention_days=self.settings.retention_days).start()
+        self.extra.append(late)
+        return late
 
     def start_alerts(self, notifiers=None, config=None):
         from alerts.service import AlertService
@@ -190,6 +196,17 @@ def check_exposure(host: str, settings: Settings, what: str, token_only: bool = 
         f"refusing to serve the {what} on {host} (not loopback) without authentication: set INFERCOST_AUTH_TOKEN"
         + ("" if token_only else ", INFERCOST_AUTH_BASIC=user:password or Streamlit's [auth] OIDC settings")
         + ", or INFERCOST_ALLOW_UNAUTHENTICATED=true if a proxy in front authenticates")
+
+
+def check_ingest(host: str, settings: Settings) -> None:
+    """Refuse to receive spans on a non-loopback ``host`` without an ingest token (anyone who can send
+    spans sets the names the dashboard shows and the work it charges), unless ``allow_unauthenticated``
+    says a proxy in front authenticates. Raises ValueError with what to set."""
+    if is_loopback(host) or settings.ingest_token or settings.allow_unauthenticated:
+        return
+    raise ValueError(f"refusing to receive spans on {host} (not loopback) without a token: set INFERCOST_INGEST_TOKEN "
+                     "(producers send 'Authorization: Bearer <token>'), or INFERCOST_ALLOW_UNAUTHENTICATED=true if "
+                     "a proxy in front authenticates")
 
 
 def oidc_configured() -> bool:

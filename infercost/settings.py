@@ -8,6 +8,7 @@ used and tested without the environment.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import click
 from pydantic import Field, ValidationError, field_validator
@@ -16,6 +17,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 DEFAULT_DATA_DIR = Path(".infercost")
 # values never echoed in an error message (register_secrets lists the same fields)
 SECRET_FIELDS = ("ingest_token", "review_smtp_password", "review_webhook_url")
+# Example values of a password or token, refused as a store password, ingest token or dashboard token:
+# a deployment that kept one (the compose file's old default was "change-me") is open to anyone who
+# read the same example.
+PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme", "change_me", "changeit", "password", "secret", "token"})
+
+
+def _no_placeholder(value: str, what: str) -> str:
+    if value.strip().lower() in PLACEHOLDER_SECRETS:
+        raise ValueError(f"{what} is a placeholder: set one of your own (e.g. the output of `openssl rand -hex 24`)")
+    return value
 
 
 class Settings(BaseSettings):
@@ -39,9 +50,13 @@ class Settings(BaseSettings):
 
     receiver_host: str = Field("127.0.0.1", description="OTLP/HTTP receiver bind address.")
     receiver_port: int = Field(4318, ge=1, le=65535, description="OTLP/HTTP receiver port (OTLP default 4318).")
-    ingest_token: str = Field("", description="If set, the receiver requires 'Authorization: Bearer <token>'.")
+    ingest_token: str = Field("", description="If set, the receiver requires 'Authorization: Bearer <token>' "
+                                             "(required on a non-loopback receiver address).")
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Max request body after decompression (OTLP spec: 64 MiB).")
     max_attribute_bytes: int = Field(64 * 1024, ge=256, description="Longer string/bytes attribute values are truncated (reported in partial_success).")
+    keep_content: bool = Field(False, description="Keep prompts and completions that instrumentations put on spans "
+                                                  "(OpenInference input.value, gen_ai.input.messages, ...); removed "
+                                                  "before storing by default, counted in the receiver's metrics.")
     batch_max_rows: int = Field(5000, ge=1, description="Writer flushes at this many rows ...")
     batch_max_seconds: float = Field(1.0, gt=0, description="... or after this many seconds, whichever first.")
     batch_cap_rows: int = Field(100_000, ge=1, description="Largest single insert of the receiver's writer, rows "
@@ -69,8 +84,9 @@ class Settings(BaseSettings):
     auth_token: str = Field("", description="Require this token for the dashboard (login form, or "
                                             "'Authorization: Bearer') and the query API. '' = none.")
     auth_basic: str = Field("", description="Require HTTP basic auth 'user:password' for the dashboard instead.")
-    allow_unauthenticated: bool = Field(False, description="Serve the dashboard / API on a non-loopback address "
-                                                           "without authentication (refused otherwise).")
+    allow_unauthenticated: bool = Field(False, description="Serve the dashboard / API, or receive spans, on a "
+                                                           "non-loopback address without authentication (refused "
+                                                           "otherwise).")
 
     # Weekly cost review (app.review): `infercost review` and the optional schedule in `infercost up`.
     review_schedule: bool = Field(False, description="Write (and deliver) the weekly review inside `infercost up`.")
@@ -105,7 +121,13 @@ class Settings(BaseSettings):
             raise ValueError("chdb:// needs a directory (chdb://<directory>) or chdb://memory")
         if value:
             StoreURL.parse(value)  # ValueError naming the accepted forms
+            _no_placeholder(unquote(urlparse(value).password or ""), "the password")
         return value
+
+    @field_validator("ingest_token", "auth_token")
+    @classmethod
+    def _own_token(cls, value: str) -> str:
+        return _no_placeholder(value, "the token")
 
     @property
     def store_url(self) -> str:

@@ -34,8 +34,12 @@ GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"  # string[]; stored as a JSON list
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"  # includes cached tokens
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
-GEN_AI_USAGE_CACHED_TOKENS = "gen_ai.usage.cached_tokens"  # older vLLM name
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"  # included in input_tokens
+GEN_AI_USAGE_CACHED_TOKENS = "gen_ai.usage.cached_tokens"  # older vLLM name of the cache-read count
+# Input tokens written to the cache (computed, so not a saving); its name before the rename. A span
+# carrying either reported its cache usage: without a cache-read count it read nothing (llm_calls).
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS = "gen_ai.usage.cache_write.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"  # seconds
 ERROR_TYPE = "error.type"
 SERVER_ADDRESS = "server.address"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+TRACES_DIR = ROOT / "serving" / "workloads" / "data"
 ARTIFACTS = ROOT / "tests" / "artifacts"
 
 if str(ROOT) not in sys.path:
@@ -91,11 +91,11 @@ def empty_store():
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """``../shared/data``: the public serving traces (read in place, never copied)."""
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"shared data folder not found at {SHARED_DATA}")
-    return SHARED_DATA
+def traces_dir() -> Path:
+    """The public serving traces the package ships (``serving/workloads/data``)."""
+    if not TRACES_DIR.is_dir():
+        pytest.fail(f"traces folder not found at {TRACES_DIR}")
+    return TRACES_DIR
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,21 @@ TASK_TYPES = {  # type -> (steps, slo_e2e_ms, prompt tokens range, output tokens
 }
 TENANTS = ["acme", "globex", "initech"]
 
+# Markup in telemetry (``generate(names=MARKUP_NAMES)``): a replica id, task type, tenant, model and error
+# type carrying a Markdown image, a Markdown link, an HTML image and emphasis, each pointing at a host that
+# is not the dashboard's (anyone who can send spans sets these strings).
+FOREIGN = "127.0.0.1:9"
+
+
+def markup(what: str) -> str:
+    """``what`` followed by markup that, rendered, would fetch or link ``http://FOREIGN/<what>…``."""
+    return (f"{what} ![t](http://{FOREIGN}/{what}.png) [docs](http://{FOREIGN}/{what}) "
+            f'<img src="http://{FOREIGN}/{what}-html.png"> **{what}**')
+
+
+MARKUP_NAMES = {"r3": markup("replica"), "chat": markup("task_type"), "acme": markup("tenant"),
+                MODEL: markup("model"), "http.503": markup("error")}
+
 
 def _hex(n: int, rng: random.Random) -> str:
     return "".join(rng.choice("0123456789abcdef") for _ in range(n))
@@ -74,7 +89,9 @@ class Seeded:
     engine_intervals: dict = field(default_factory=dict)  # replica -> [(start, queue_end, end, tokens)]
 
 
-def _engine_span(rng, trace, parent, replica, start, prompt, output, degraded, finish="stop", status="Ok"):
+def _engine_span(rng, trace, parent, replica, start, prompt, output, degraded, finish="stop", status="Ok",
+                 name=None, model=MODEL):
+    # ``name``: the replica id the span carries (default ``replica``); ``model``: the model it names
     slow = 3.0 if degraded else 1.0
     # A slow replica also queues: its batch drains slower, so requests wait for a slot.
     queue = rng.uniform(0.0, 2.0) if degraded else rng.uniform(0.0, 0.05)
@@ -93,23 +110,30 @@ def _engine_span(rng, trace, parent, replica, start, prompt, output, degraded, f
         "gen_ai.latency.time_to_first_token": round(queue + prefill, 6),
         "gen_ai.latency.e2e": round(e2e, 6),
         "gen_ai.response.finish_reasons": json.dumps([finish]),
-        "gen_ai.request.model": MODEL,
+        "gen_ai.request.model": model,
     }
-    resource = {"service.name": "vllm", "service.instance.id": replica, "gpu.type": REPLICAS[replica],
+    resource = {"service.name": "vllm", "service.instance.id": name or replica, "gpu.type": REPLICAS[replica],
                 "gpu.count": "1"}
     return _Span(start, e2e, trace, _hex(16, rng), parent, "llm_request", "Server", "vllm", resource, attrs, status)
 
 
 def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: datetime = T0,
-             degraded: str = "r3", gauges: bool = True) -> Seeded:
+             degraded: str = "r3", gauges: bool = True, names: dict[str, str] | None = None) -> Seeded:
     """Write ``tasks`` tasks spread over ``hours`` from ``start`` into ``store``; returns :class:`Seeded`.
 
     Each step's call goes client -> gateway -> engine; 2 % of attempts on a healthy replica (25 % on
     the degraded one) fail with HTTP 503 before reaching the engine and are retried by the client (up
     to 3 attempts), 3 % break mid-stream (partial, finish_reason ``abort``). A task whose step runs
     out of attempts fails; 2 % of tasks are abandoned by the client.
+
+    ``names`` renames what the producers would send: ``{"r3": "…", "chat": "…", "acme": "…", MODEL: "…"}``
+    gives a replica id, task type, tenant, model or error type another text (the same draws and figures
+    otherwise), e.g. :data:`MARKUP_NAMES`.
     """
     rng = random.Random(seed)
+    names = dict(names or {})
+    shown = lambda value: names.get(value, value)  # noqa: E731
+    model = shown(MODEL)
     spans: list[_Span] = []
     out = Seeded(start=start, end=start + timedelta(hours=hours))
     replicas = list(REPLICAS)
@@ -121,7 +145,7 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
         trace = _hex(32, rng)
         root_id = _hex(16, rng)
         task_id = str(uuid.UUID(int=rng.getrandbits(128)))
-        ctx = {"task.id": task_id, "task.type": task_type, "tenant.id": tenant,
+        ctx = {"task.id": task_id, "task.type": shown(task_type), "tenant.id": shown(tenant),
                "tenant.priority": "batch" if task_type == "research_agent" else "interactive"}
         t_start = start + timedelta(seconds=rng.uniform(0, span_s))
         t = t_start
@@ -140,24 +164,24 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
                 broken = not fail and rng.random() < 0.03
                 if fail:
                     dur = rng.uniform(0.01, 0.05)
-                    gw_attrs = dict(step_ctx, **{"gateway.attempt": 1, "gateway.replica": replica,
+                    gw_attrs = dict(step_ctx, **{"gateway.attempt": 1, "gateway.replica": shown(replica),
                                                  "gateway.policy": "least_loaded",
-                                                 "gateway.upstream.status_code": 503, "error.type": "http.503"})
+                                                 "gateway.upstream.status_code": 503, "error.type": shown("http.503")})
                     spans.append(_Span(t, dur, trace, gw_att_id, gw_req_id, "gateway.attempt", "Client", "gateway",
                                        {"service.name": "gateway"}, gw_attrs, "Error"))
                     client_attrs = dict(step_ctx, **{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm",
-                                                     "gen_ai.request.model": MODEL, "error.type": "http.503"})
+                                                     "gen_ai.request.model": model, "error.type": shown("http.503")})
                 else:
                     got = rng.randint(1, max(1, output // 2)) if broken else output
                     eng = _engine_span(rng, trace, gw_att_id, replica, t + timedelta(milliseconds=2), prompt, got, bad,
-                                       finish="abort" if broken else "stop")
+                                       finish="abort" if broken else "stop", name=shown(replica), model=model)
                     spans.append(eng)
                     out.engine_calls += 1
                     q_end = eng.start + timedelta(seconds=float(eng.attrs["gen_ai.latency.time_in_queue"]))
                     out.engine_intervals.setdefault(replica, []).append(
                         (eng.start, q_end, eng.start + timedelta(seconds=eng.duration_s), prompt + got))
                     dur = eng.duration_s + 0.004
-                    gw_attrs = dict(step_ctx, **{"gateway.attempt": 1, "gateway.replica": replica,
+                    gw_attrs = dict(step_ctx, **{"gateway.attempt": 1, "gateway.replica": shown(replica),
                                                  "gateway.policy": "least_loaded",
                                                  "gateway.upstream.status_code": 200, "gateway.tokens_streamed": got})
                     status = "Ok"
@@ -167,7 +191,7 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
                     spans.append(_Span(t, dur, trace, gw_att_id, gw_req_id, "gateway.attempt", "Client", "gateway",
                                        {"service.name": "gateway"}, gw_attrs, status))
                     client_attrs = dict(step_ctx, **{
-                        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm", "gen_ai.request.model": MODEL,
+                        "gen_ai.operation.name": "chat", "gen_ai.provider.name": "vllm", "gen_ai.request.model": model,
                         "gen_ai.usage.input_tokens": prompt, "gen_ai.usage.output_tokens": got,
                         "gen_ai.response.finish_reasons": json.dumps(["abort" if broken else "stop"]),
                         "gen_ai.response.time_to_first_chunk": eng.attrs["gen_ai.latency.time_to_first_token"],
@@ -175,10 +199,10 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
                     if broken:
                         client_attrs.update({"gen_ai.client.partial": "true", "error.type": "stream_broken"})
                 gw_req_attrs = dict(step_ctx, **{"gateway.policy": "least_loaded", "gateway.retries": 0,
-                                                 "gateway.admission": "admitted", "gateway.replica": replica})
+                                                 "gateway.admission": "admitted", "gateway.replica": shown(replica)})
                 spans.append(_Span(t, dur + 0.001, trace, gw_req_id, client_id, "gateway chat", "Server", "gateway",
                                    {"service.name": "gateway"}, gw_req_attrs, "Error" if fail or broken else "Ok"))
-                spans.append(_Span(t, dur + 0.002, trace, client_id, root_id, f"chat {MODEL}", "Client", "agent",
+                spans.append(_Span(t, dur + 0.002, trace, client_id, root_id, f"chat {model}", "Client", "agent",
                                    {"service.name": "agent"}, client_attrs, "Error" if fail or broken else "Ok"))
                 t += timedelta(seconds=dur + 0.01 + (0.2 * attempt if fail else 0))
                 if not (fail or broken):
@@ -192,14 +216,14 @@ def generate(store, tasks: int = 400, hours: float = 1.0, seed: int = 7, start: 
         root_attrs = dict(ctx, **{"task.outcome": outcome, "slo.ttft_ms": 2000, "slo.e2e_ms": slo_ms})
         if outcome != "success":
             root_attrs["error.type"] = outcome
-        spans.append(_Span(t_start, (t - t_start).total_seconds() + 0.005, trace, root_id, "", f"task {task_type}",
+        spans.append(_Span(t_start, (t - t_start).total_seconds() + 0.005, trace, root_id, "", f"task {shown(task_type)}",
                            "Internal", "agent", {"service.name": "agent"}, root_attrs,
                            "Ok" if outcome == "success" else "Error"))
         out.tasks += 1
     _insert_spans(store, spans)
     out.spans = len(spans)
     if gauges:
-        out.gauges = _insert_gauges(store, out)
+        out.gauges = _insert_gauges(store, out, shown)
     return out
 
 
@@ -209,13 +233,15 @@ def _insert_spans(store, spans: list[_Span], chunk: int = 20_000) -> None:
         store.insert("otel_traces", rows[i:i + chunk], SPAN_COLUMNS, tag="test.seed.spans")
 
 
-def gauge_row(replica: str, metric: str, at: datetime, value: float, model: str = MODEL):
-    """One ``otel_metrics_gauge`` row in the scraper's layout (replica in ResourceAttributes)."""
-    resource = {"service.name": "vllm", "service.instance.id": replica, "gpu.type": REPLICAS.get(replica, "H100")}
+def gauge_row(replica: str, metric: str, at: datetime, value: float, model: str = MODEL, name: str | None = None):
+    """One ``otel_metrics_gauge`` row in the scraper's layout (replica in ResourceAttributes; ``name``: the
+    id it carries, default ``replica``)."""
+    resource = {"service.name": "vllm", "service.instance.id": name or replica, "gpu.type": REPLICAS.get(replica, "H100")}
     return [resource, "vllm", metric, {"model_name": model, "engine": "0"}, at, float(value)]
 
 
-def _insert_gauges(store, seeded: Seeded, every_s: float = 15.0, kv_capacity_tokens: int = 60_000) -> int:
+def _insert_gauges(store, seeded: Seeded, shown=lambda value: value, every_s: float = 15.0,
+                   kv_capacity_tokens: int = 60_000) -> int:
     rows = []
     n = int((seeded.end - seeded.start).total_seconds() // every_s) + 1
     for replica in REPLICAS:
@@ -225,9 +251,9 @@ def _insert_gauges(store, seeded: Seeded, every_s: float = 15.0, kv_capacity_tok
             running = sum(1 for s, q, e, _ in intervals if q <= at < e)
             waiting = sum(1 for s, q, e, _ in intervals if s <= at < q)
             kv = min(1.0, sum(tok for s, q, e, tok in intervals if q <= at < e) / kv_capacity_tokens)
-            rows.append(gauge_row(replica, "vllm:num_requests_running", at, running))
-            rows.append(gauge_row(replica, "vllm:num_requests_waiting", at, waiting))
-            rows.append(gauge_row(replica, "vllm:kv_cache_usage_perc", at, kv))
+            for metric, value in (("vllm:num_requests_running", running), ("vllm:num_requests_waiting", waiting),
+                                  ("vllm:kv_cache_usage_perc", kv)):
+                rows.append(gauge_row(replica, metric, at, value, shown(MODEL), shown(replica)))
     store.insert("otel_metrics_gauge", rows, GAUGE_COLUMNS, tag="test.seed.gauges")
     return len(rows)
 
@@ -342,8 +368,10 @@ def run_cost_jobs(store, start: datetime, end: datetime) -> bool:
     return True
 
 
-def seed_alerts(store, seeded: Seeded) -> int:
-    """Write a firing and a resolved alert about the degraded replica when the alerts module exists."""
+def seed_alerts(store, seeded: Seeded, replica: str = "r3", cascade: bool = False) -> int:
+    """Write a firing and a resolved alert about the degraded replica (its id as the spans carry it:
+    ``replica``) when the alerts module exists; with ``cascade``, also a firing cascade naming it as the
+    culprit, its chain, candidates and suggested actions in the evaluator's words (``alerts.cascade``)."""
     try:
         from schema.queries.alerts import AlertChange, insert_alert_changes
     except ImportError:
@@ -352,17 +380,40 @@ def seed_alerts(store, seeded: Seeded) -> int:
 
     names = {f.name for f in dataclasses.fields(AlertChange)}
     fired = seeded.end - timedelta(minutes=20)
-    base = dict(alert_id="a-r3-latency", rule="replica_latency_outlier", alert_key="r3", severity="page",
-                replica="r3", started_at=fired - timedelta(minutes=3), fired_at=fired, resolved_at=None,
-                summary="r3 TTFT p95 2.7x the fleet median", description="One slow GPU: r3 (A100).",
+    base = dict(alert_id="a-r3-latency", rule="replica_latency_outlier", alert_key=replica, severity="page",
+                replica=replica, started_at=fired - timedelta(minutes=3), fired_at=fired, resolved_at=None,
+                summary=f"{replica} TTFT p95 2.7x the fleet median", description=f"One slow GPU: {replica} (A100).",
                 evidence={"ttft_p95_s": 2.4, "fleet_median_s": 0.9}, est_cost_usd=1.25,
                 cost_source="replica_minutes", labels={"gpu.type": "A100"}, evaluator="seed")
     changes = [dict(base, event_time=fired, state="firing"),
                dict(base, alert_id="a-queue", rule="queue_growth", alert_key="fleet", replica="", severity="ticket",
                     summary="Queue grew 3x in 10 min", event_time=fired - timedelta(minutes=10), state="resolved",
                     resolved_at=fired - timedelta(minutes=10), est_cost_usd=None)]
+    if cascade:
+        changes.append(_cascade_change(base, replica, fired))
     try:
         rows = [AlertChange(**{k: v for k, v in c.items() if k in names}) for c in changes]
         return insert_alert_changes(store, rows)
     except Exception:  # the alerts issue owns this shape; the dashboard test must not depend on it
         return 0
+
+
+def _cascade_change(base: dict, replica: str, fired: datetime) -> dict:
+    """A firing cascade with ``replica`` as its culprit, in the shape ``alerts.evaluator`` stores."""
+    from alerts.cascade import actions, _summary
+    from alerts.model import alert_id, replica_label
+
+    onset = fired - timedelta(minutes=6)
+    chain = [{"step": "trigger", "rule": "", "replica": replica, "started_at": onset.isoformat(),
+              "summary": f"{replica_label(replica)} slowed on its own work: speed ratio 1.00 -> 2.70 (its load x1.00)"},
+             {"step": "sustaining", "rule": "retry_amplification", "replica": "",
+              "started_at": (onset + timedelta(minutes=2)).isoformat(),
+              "summary": "fleet retries per first attempt 2.0% -> 9.0%"}]
+    candidate = {"replica": replica, "onset_at": onset.isoformat(), "evidence": "speed", "speed_before": 1.0,
+                 "speed_after": 2.7, "failure_share": 0.6, "load_ratio": 1.0, "explains": 0.8}
+    figures = {"culprit": replica, "chain": chain, "candidates": [candidate], "actions": actions(replica),
+               "culprit_status": "degraded"}
+    return dict(base, alert_id=alert_id("cascading_degradation", ""), rule="cascading_degradation", alert_key="",
+                severity="critical", started_at=onset, event_time=fired, state="firing",
+                summary=_summary(replica, chain, "degraded"), description=f"Cascading degradation from {replica}.",
+                evidence={"figures": figures, "onset": {"at": onset.isoformat()}}, est_cost_usd=2.5)

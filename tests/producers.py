@@ -100,9 +100,9 @@ def ingest_sdk_spans(store, spans) -> int:
     return result.accepted
 
 
-# --- vLLM 0.32 as captured (shared/reference/vllm-0.32-cpu-captured) ------------------------------
+# --- vLLM 0.32 as captured (tests/fixtures/vllm-0.32-cpu-captured) ------------------------------
 
-CAPTURED = Path(__file__).resolve().parents[2] / "shared" / "reference" / "vllm-0.32-cpu-captured"
+CAPTURED = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32-cpu-captured"
 
 
 def captured_spans() -> dict:
@@ -160,8 +160,8 @@ def vllm_llm_request(example: str, *, traceparent: str | None, start_ns: int, en
 
 
 _PAGE_FAMILIES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
-                  "vllm:kv_cache_usage_perc", "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:prompt_tokens_cached",
-                  "vllm:generation_tokens", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
+                  "vllm:kv_cache_usage_perc", "vllm:num_preemptions", "vllm:prompt_tokens", "vllm:prompt_tokens_by_source",
+                  "vllm:prompt_tokens_cached", "vllm:generation_tokens", "vllm:prefix_cache_queries", "vllm:prefix_cache_hits",
                   "vllm:cache_config_info")
 
 
@@ -179,7 +179,9 @@ def vllm_metrics_page(engines: list[dict], model: str = "tiny-llama") -> str:
     captured page) for a replica with one engine per dict: ``running``, ``waiting``,
     ``waiting_capacity``, ``kv``, ``blocks`` (num_gpu_blocks), and cumulative counters ``prompt``,
     ``generation``, ``cached``, ``queries``, ``hits``, ``preemptions`` with their series start
-    ``created`` (unix seconds). Missing keys are left out of the page."""
+    ``created`` (unix seconds); ``by_source``: {source: cumulative tokens} of
+    ``vllm:prompt_tokens_by_source`` (``local_compute``, ``local_cache_hit``, ``external_kv_transfer``).
+    Missing keys are left out of the page."""
     headers, lines = _headers(), []
     counters = {"vllm:num_preemptions": "preemptions", "vllm:prompt_tokens": "prompt",
                 "vllm:prompt_tokens_cached": "cached", "vllm:generation_tokens": "generation",
@@ -199,13 +201,19 @@ def vllm_metrics_page(engines: list[dict], model: str = "tiny-llama") -> str:
                 rows.append(f"{family}{{{labels}}} {float(e['kv'])}")
             elif family == "vllm:cache_config_info" and "blocks" in e:
                 rows.append(f'{family}{{block_size="16",engine="{i}",num_gpu_blocks="{e["blocks"]}"}} 1.0')
+            elif family == "vllm:prompt_tokens_by_source" and "by_source" in e:
+                for source, value in e["by_source"].items():
+                    rows.append(f'{family}_total{{{labels},source="{source}"}} {float(value)}')
+                for source in e["by_source"]:
+                    rows.append(f'{family}_created{{{labels},source="{source}"}} {float(e.get("created", 1.7e9))}')
             elif family in counters and counters[family] in e:
                 rows.append(f"{family}_total{{{labels}}} {float(e[counters[family]])}")
                 rows.append(f"{family}_created{{{labels}}} {float(e.get('created', 1.7e9))}")
         if rows:
-            lines += headers.get(family + ("_total" if family in counters else ""), headers.get(family, []))
+            counter = family in counters or family == "vllm:prompt_tokens_by_source"
+            lines += headers.get(family + ("_total" if counter else ""), headers.get(family, []))
             lines += [r for r in rows if not r.startswith(family + "_created")]
-            if family in counters:
+            if counter:
                 lines += headers.get(family + "_created", [])
                 lines += [r for r in rows if r.startswith(family + "_created")]
     return "\n".join(lines) + "\n"

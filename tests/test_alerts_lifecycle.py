@@ -11,7 +11,7 @@ import pytest
 from alerts.config import AlertConfig
 from alerts.evaluator import Evaluator
 from alerts.lifecycle import Lifecycle
-from alerts.model import RULE_CASCADE, Level, Signal, State, alert_id
+from alerts.model import RULE_CASCADE, Alert, Level, Signal, State, alert_id
 from alerts.notifiers import Dispatcher, Notifier
 from schema.queries import alerts as q
 from tests.alerts_helpers import T0, Receiver, seed_cascade_timeline
@@ -132,6 +132,49 @@ def test_cascade_end_to_end_recorded_and_notified(store):
     assert ("replica_degradation", "r2") in members and ("retry_amplification", "") in members
     inhibited = changes[(changes["rule"] == "retry_amplification") & (changes["state"] == "firing")].iloc[0]
     assert json.loads(inhibited["evidence"])["inhibited_by"] == alert_id(RULE_CASCADE, "")
+
+
+def test_open_cascade_naming_a_replica_without_evidence_is_resolved_and_refired_on_the_culprit(store):
+    """Issue 41: an open cascade whose evidence now points at another replica re-names it. The state an
+    older rule left (a cascade opened at 12:06 on r1, a healthy replica, restored after an upgrade), then
+    the hand-made timeline: r2 slows from minute 6. The wrong cascade is kept while nothing else is
+    known (its clear countdown runs: retries and queues are still clear at minutes 7-8); at minute 9 the
+    retries and queues are up and the evidence points at r2 (speed 1.0 -> 3.0 from 12:06, the other
+    replicas' queues after it): r1's cascade resolves and r2's fires, in the table and the notifications."""
+    seed_cascade_timeline(store, T0)
+    receiver = Receiver()
+    dispatcher = Dispatcher([Notifier("webhook", receiver.url + "/hook")])
+    evaluator = Evaluator(store, AlertConfig(), dispatcher)
+    opened = T0 + 6 * M
+    chain = [{"step": "trigger", "rule": "", "replica": "r1", "started_at": opened.isoformat(),
+              "summary": "replica r1 timed out or lost 60% of its attempts (was 0%)", "figures": {}}]
+    evaluator.lifecycle.active[(RULE_CASCADE, "")] = Alert(
+        RULE_CASCADE, "", "critical", "r1", State.FIRING, started_at=opened, fired_at=opened,
+        figures={"culprit": "r1", "chain": chain, "candidates": [], "actions": []}, notified=True)
+    try:
+        log = _replay(evaluator, range(7, 23))
+        assert dispatcher.flush(10)
+    finally:
+        dispatcher.stop()
+        receiver.close()
+    cascades = [(m, state, note) for m, rule, _, state, note in log if rule == RULE_CASCADE]
+    assert cascades == [(9, "resolved", ""), (9, "firing", ""), (20, "resolved", "")]
+    rows = q.recent_alerts(store, T0, T0 + 30 * M)
+    rows = rows[rows["rule"] == RULE_CASCADE]
+    by_change = {(str(r["event_time"])[11:16], r["state"], r["replica"]): r for _, r in rows.iterrows()}
+    assert sorted(by_change) == [("12:09", "firing", "r2"), ("12:09", "resolved", "r1"), ("12:20", "resolved", "r2")]
+    resolved = json.loads(by_change[("12:09", "resolved", "r1")]["evidence"])["figures"]
+    fired = by_change[("12:09", "firing", "r2")]
+    figures = json.loads(fired["evidence"])["figures"]
+    assert (resolved["resolved_by"], resolved["renamed_to"]) == ("renamed", "r2")
+    assert (figures["culprit"], figures["renamed_from"]) == ("r2", "r1")
+    assert [(link["step"], link["started_at"][11:16]) for link in figures["chain"]] == [
+        ("trigger", "12:06"), ("sustaining", "12:07"), ("pressure", "12:07")]
+    assert fired["description"].startswith("Re-named from replica r1, whose evidence no longer holds")
+    # the operator is told at once: r1's cascade resolved, r2's firing (one batch), later r2's resolved
+    sent = [[(a["rule"], a["replica"], a["state"]) for a in body["alerts"]] for body in receiver.bodies("/hook")]
+    assert sent == [[(RULE_CASCADE, "r1", "resolved"), (RULE_CASCADE, "r2", "firing")],
+                    [(RULE_CASCADE, "r2", "resolved")]]
 
 
 def test_active_alerts_reads_latest_state(store):

@@ -275,7 +275,7 @@ def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judge
     assert (r3.figures["ratio"], r3.figures["speed_judged"], r3.figures["speed_calls"]) == (1.0, "widened", 5)
     assert r3.figures["abandoned_rate"] == pytest.approx(0.98) and r3.figures["answered_rate"] == pytest.approx(0.02)
     assert r3.figures["others_median_answered_rate"] == pytest.approx(0.3) and r3.figures["load_ratio"] == 1.0
-    assert "answers 2.0% of its attempts vs 30.0% on the other replicas" in r3.summary
+    assert "answers 2.0% of its attempts vs 30.0% on its GPU type's other replicas" in r3.summary
     # the others, as overloaded as each other (70% given up on everywhere): no degradation
     assert out["r1"].level is Level.CLEAR and out["r2"].level is Level.CLEAR
     # the same on a replica given 1.5x the others' attempts: overloaded, not degraded
@@ -284,6 +284,35 @@ def test_degradation_from_work_clients_gave_up_on_when_its_speed_cannot_be_judge
             row.update(attempts=150, gw_abandoned=147)
     hot = {s.key: s for s in rules_replica.degradation_from_series(series.build(T0, 60, 4, rows, []), cfg)}["r3"]
     assert hot.level is not Level.FIRE and "abandoned_rate" not in hot.figures
+    assert r3.figures["abandon_peers"] == "same_gpu_type"
+
+
+def test_degradation_from_abandoned_work_compares_a_replica_with_its_gpu_type():
+    """Issue 41: behind blind routing an overloaded fleet's two A100s time out (80% given up on, 2 engine
+    spans each a minute: no speed figure) while the H100s answer everything. Each A100 answers as its
+    type's other replica: not degraded (against the H100s' median, 100% >= 3 x 20%, it was). One A100
+    timing out alone while the other answers everything is."""
+    cfg = AlertConfig().degradation
+    gpus = {"h1": ("H100", 0.01, 4e-5), "h2": ("H100", 0.01, 4e-5), "h3": ("H100", 0.01, 4e-5),
+            "a1": ("A100", 0.02, 8e-5), "a2": ("A100", 0.02, 8e-5)}
+
+    def verdicts(timing_out):
+        rows = _rows(gpus, buckets=4)
+        for row in rows:
+            if row["bucket"] < 2:
+                row.update(attempts=100, gw_ok=100)
+                if row["replica"] in timing_out:
+                    row.update(gw_ok=20, gw_abandoned=80, requests=2, itl_samples=2, prefill_samples=2)
+        return {s.key: s for s in rules_replica.degradation_from_series(series.build(T0, 60, 4, rows, []), cfg)}
+
+    both = verdicts({"a1", "a2"})
+    assert (both["a1"].level, both["a2"].level) == (Level.CLEAR, Level.CLEAR)
+    assert "abandoned_rate" not in both["a1"].figures
+    alone = verdicts({"a1"})["a1"]
+    # a1: 160 of 200 given up on (80% >= 50%), answered 20% vs a2's 100% (>= 3 x 20%), same load
+    assert alone.level is Level.FIRE and alone.figures["abandon_peers"] == "same_gpu_type"
+    assert (alone.figures["abandoned_rate"], alone.figures["others_median_answered_rate"]) == (0.8, 1.0)
+    assert "vs 100.0% on its GPU type's other replicas" in alone.summary
 
 
 def test_queue_growth_against_its_own_level():
@@ -304,6 +333,36 @@ def test_queue_growth_against_its_own_level():
     assert rules.queue_from_series(fleet([8, 6, 5, 5, 5, 5]), cfg).level is Level.HOLD
     # back to 1.5 x its usual level: CLEAR
     assert rules.queue_from_series(fleet([7, 6, 5, 5, 5, 5]), cfg).level is Level.CLEAR
+
+
+def test_queue_growth_has_an_absolute_floor_of_requests_waiting():
+    """Issue 41: a healthy fleet's worst queue-time p95 rose 0.4 -> 0.8 -> 2.6 -> 5.5 s (a few long
+    prompts queued behind each other) while 0.17 -> 0.67 -> 0.5 requests waited: queue growth fired.
+    Below ``min_waiting`` (4) requests waiting in the fleet it never fires, whichever signal rose."""
+    cfg = AlertConfig().queue
+
+    def fleet(waiting, p95, n=6):
+        rows = []
+        for b in range(n):
+            for name in ("r1", "r2", "r3"):
+                rows.append({"replica": name, "bucket": b,
+                             "waiting_mean": None if waiting is None else waiting[b] / 3,
+                             "queue_p95_s": p95[b] if name == "r1" else 0.1})
+        return series.build(T0, 60, n, rows, [])
+
+    p95 = [5.5, 2.6, 0.8, 0.4, 0.4, 0.4]  # rising by >= 0.25 s a bucket to >= 2 s and >= 2 x 0.4
+    wobble = rules.queue_from_series(fleet([0.5, 0.67, 0.17, 0.0, 0.0, 0.0], p95), cfg)
+    assert wobble.level is Level.HOLD and not wobble.figures["rising_queue_time"]  # 5.5 s > 1 s: not clear
+    assert wobble.figures["waiting_series"] == [0.17, 0.67, 0.5] and wobble.figures["min_waiting"] == 4.0
+    # the same queue time over 5 requests waiting (not growing: 5 -> 5 -> 5) fires
+    busy = rules.queue_from_series(fleet([5.0] * 6, p95), cfg)
+    assert busy.level is Level.FIRE and busy.figures["rising_queue_time"] and not busy.figures["rising_waiting"]
+    assert "rising: queue-time p95" in busy.summary
+    # a fleet that exports no waiting gauge is judged on queue time alone
+    assert rules.queue_from_series(fleet(None, p95), cfg).level is Level.FIRE
+    # the floor is the operator's: fleet.yaml alerts.queue.min_waiting
+    own = AlertConfig.from_dict({"queue": {"min_waiting": 0.5}}).queue
+    assert rules.queue_from_series(fleet([0.5, 0.67, 0.17, 0.0, 0.0, 0.0], p95), own).level is Level.FIRE
 
 
 def test_saturation_without_configuring_max_num_seqs():

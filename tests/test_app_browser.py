@@ -5,6 +5,7 @@ tests/artifacts/.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -17,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from dashboard_seed import FOREIGN, MARKUP_NAMES, MODEL, markup
 
 pytestmark = pytest.mark.browser
 
@@ -38,6 +40,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    yield from _serve(tmp_path_factory)
+
+
+def _serve(tmp_path_factory, names: dict | None = None):
+    """Serve tests/dashboard_serve.py's seeded store (``names``: its renames) from its own process;
+    yields ``(url, task id with retries)`` and stops the process after."""
     if not os.path.exists(CHROMIUM):
         pytest.skip("Debian's chromium is not installed (make system-deps)")
     pytest.importorskip("playwright.sync_api")
@@ -45,8 +53,8 @@ def served(tmp_path_factory):
     directory = tmp_path_factory.mktemp("dashboard_store")
     env = dict(os.environ, NO_PROXY="127.0.0.1,localhost")
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "dashboard_serve.py"), str(directory / "store"),
-                             str(port), "800"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=str(ROOT))
+                             str(port), "800"] + ([json.dumps(names)] if names else []),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=str(ROOT))
     url = f"http://127.0.0.1:{port}"
     task = ""
     try:
@@ -269,3 +277,108 @@ def test_live_page_zooms_into_a_chart_selection_and_draws_the_engine_view(served
             assert "Queue and batch" in page.inner_text("body") and _charts(page)["shown"] == 4
         finally:
             browser.close()
+
+
+WORDS = ["replica", "task_type", "tenant", "model", "error"] + [f"param-{k}" for k in (
+    "range", "start", "end", "model", "tenant", "task_type", "tab", "trend", "task", "q", "alert_id", "rule", "week")]
+# Loads whose names are only in charts and tables (drawn on a canvas): no text to find.
+TEXTLESS = {"/triangle", "/tasks drill-down", "/tasks search"}
+
+
+@pytest.fixture(scope="module")
+def served_markup(tmp_path_factory):
+    yield from _serve(tmp_path_factory, MARKUP_NAMES)  # every name as tests/dashboard_seed.py's markup()
+
+
+def _markup_urls(task: str) -> dict[str, str]:
+    """Every page with the telemetry's own names as filters, every parameter it reads set to markup,
+    and once with every parameter (the range's too) set to markup."""
+    from urllib.parse import urlencode
+
+    view = {"range": "1h", "end": "2026-11-02T11:00:00Z"}
+    filtered = dict(view, model=MARKUP_NAMES[MODEL], tenant=MARKUP_NAMES["acme"],
+                    task_type=MARKUP_NAMES["chat"])
+    garbage = {k: markup(f"param-{k}") for k in ("range", "start", "end", "model", "tenant", "task_type")}
+    page_params = {"": {"replica": MARKUP_NAMES["r3"], "tab": markup("param-tab")},
+                   "cost": {"by": "Tenant", "trend": markup("param-trend")},
+                   "triangle": {},
+                   "tasks": {"task": markup("param-task"), "q": markup("param-q")},
+                   "alerts": {"alert_id": markup("param-alert_id"), "replica": MARKUP_NAMES["r3"],
+                              "rule": markup("param-rule")},
+                   "weekly_review": {"week": markup("param-week")}}
+    urls = {}
+    for path, own in page_params.items():
+        urls[f"/{path}"] = f"/{path}?" + urlencode(dict(view, **own))
+        urls[f"/{path} filtered"] = f"/{path}?" + urlencode(dict(filtered, **own))
+        urls[f"/{path} all markup"] = f"/{path}?" + urlencode(dict(garbage, **own))
+    urls["/ engine"] = "/?" + urlencode(dict(view, view="engine", replica=MARKUP_NAMES["r3"]))
+    urls["/tasks drill-down"] = "/tasks?" + urlencode(dict(view, task=task))
+    urls["/tasks search"] = "/tasks?" + urlencode(dict(view, q="task_type"))
+    urls["/alerts cascade"] = "/alerts?" + urlencode(dict(view, alert_id=_cascade_id()))
+    urls["/weekly_review week"] = "/weekly_review?" + urlencode(dict(view, week="2026-W45"))
+    return urls
+
+
+def _cascade_id() -> str:
+    from alerts.model import alert_id
+
+    return alert_id("cascading_degradation", "")
+
+
+def _open_menus(page) -> None:
+    """Open each selectbox's and multiselect's option list in turn, then close it."""
+    menus = page.locator('[data-testid="stSelectbox"], [data-testid="stMultiSelect"]')
+    for i in range(menus.count()):
+        menus.nth(i).click()
+        page.wait_for_timeout(500)
+        page.keyboard.press("Escape")
+
+
+def test_markup_in_telemetry_and_links_stays_text(served_markup, artifacts):
+    """A store whose replica ids, task types, tenants, model and error types carry Markdown and HTML
+    images and links, browsed with the same markup in every URL parameter: every page draws (the
+    values quoted as text) and the browser makes no request to, and the page holds no link or image
+    of, any host but the dashboard's (the page icon included: a ':material/…:' one is fetched from
+    Google's font host)."""
+    from urllib.parse import urlsplit
+
+    from playwright.sync_api import sync_playwright
+
+    url, task = served_markup
+    assert task not in ("", "-"), "the seeded store has no task with retries"
+    own = urlsplit(url).netloc
+    foreign: list[tuple[str, str]] = []  # (page, URL) of each request to another host
+    planted: list[tuple[str, str]] = []  # (page, element) of each link or image to another host
+    current, loads = {"name": ""}, 0
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_context(viewport={"width": 1500, "height": 1800}).new_page()
+            page.on("request", lambda r: foreign.append((current["name"], r.url))
+                    if urlsplit(r.url).scheme in ("http", "https", "ws", "wss") and urlsplit(r.url).netloc != own
+                    else None)
+            for name, path in _markup_urls(task).items():
+                current["name"], seen = name, (len(planted), len(foreign))
+                page.goto(url + path, wait_until="domcontentloaded")
+                _settle(page)
+                if name in ("/", "/alerts"):  # the selectors' option lists draw only when opened
+                    _open_menus(page)
+                body = page.inner_text("body")
+                assert page.locator('[data-testid="stException"]').count() == 0, (name, body[:2000])
+                assert not any(t in body for t in ERROR_TEXT), (name, body[:2000])
+                found = page.locator(f'a[href*="{FOREIGN}"], img[src*="{FOREIGN}"], [srcset*="{FOREIGN}"]')
+                planted += [(name, html) for html in found.evaluate_all("els => els.map(e => e.outerHTML)")]
+                # '**replica**' and the like: shown with their asterisks, never bold
+                planted += [(name, html) for html in page.locator("strong, em, b, i").evaluate_all(
+                    "(els, words) => els.filter(e => words.includes(e.textContent.trim())).map(e => e.outerHTML)",
+                    WORDS)]
+                if (len(planted), len(foreign)) != seen:
+                    page.screenshot(path=str(artifacts / f"dashboard_markup_{name.strip('/ ').replace(' ', '_') or 'live'}.png"),
+                                    full_page=True)
+                if name not in TEXTLESS:  # the markup is on the page as the text it is (a word joiner aside)
+                    shown = body + " ".join(page.locator("input").evaluate_all("els => els.map(e => e.value)"))
+                    assert f"![t](http://{FOREIGN}/" in shown.replace("\u2060", ""), (name, body[:2000])
+                loads += 1
+        finally:
+            browser.close()
+    assert (loads, foreign, planted) == (len(_markup_urls(task)), [], [])

@@ -374,8 +374,8 @@ def _later_page(text: str, requests: int, tokens_each: int) -> str:
 
 
 def test_the_itl_heatmap_counts_token_gaps_not_requests(store):
-    """vLLM observes vllm:inter_token_latency_seconds once per gap between two output tokens (../shared/
-    reference/vllm-telemetry.md), so the ITL heatmap's cells count token gaps, TTFT's and e2e's requests:
+    """vLLM observes vllm:inter_token_latency_seconds once per gap between two output tokens (vLLM's
+    metrics documentation), so the ITL heatmap's cells count token gaps, TTFT's and e2e's requests:
     two scrapes of the captured vLLM 0.32 /metrics page, 3 requests of 5 output tokens (4 gaps each) apart."""
     import json
     import time

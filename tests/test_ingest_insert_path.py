@@ -5,7 +5,7 @@ indexes built at merge instead of at insert, give the same ``llm_calls`` rows as
 temporary file and reads it with ``FROM INFILE``) with the insert settings of that time
 (skip indexes built at insert). "After" is :func:`collectors.ingest.insert_trace_payloads` as it
 is now (``Store.raw_insert`` writes the chunks into an in-memory file; skip indexes at merge).
-The spans: the captured real vLLM 0.32 request (shared/reference/vllm-0.32-cpu-captured, typed
+The spans: the captured real vLLM 0.32 request (tests/fixtures/vllm-0.32-cpu-captured, typed
 values as vLLM sent them) and a gateway attempt and an SDK client call carrying every numeric
 attribute ``llm_calls`` parses, as int, double, string and bool values. Expected values are
 written by hand from the span fields below.

@@ -39,6 +39,22 @@ def test_prefix_cache_counter_increase_with_reset(store):
     assert df.loc["r2", "hit_tokens"] == 50 and df.loc["r2", "query_tokens"] == 200
 
 
+def test_prefix_cache_counts_a_restart_that_climbed_past_the_old_value(store):
+    # r1's engine started inside the week (its first values count whole) and restarted between two
+    # scrapes, its new series (a new start time) already past the old value at the next scrape:
+    # queries 100 | restart | 200 -> 800: 100 + 200 + 600 = 900 (a drop-only reset rule: 800);
+    # hits 50 | restart | 100 -> 400: 50 + 100 + 300 = 450 (400)
+    t = START + timedelta(hours=1)
+    first, restart = START + timedelta(minutes=30), t + timedelta(seconds=30)
+    rows = (_sum_points("r1", "vllm:prefix_cache_queries", [100], first, first=t)
+            + _sum_points("r1", "vllm:prefix_cache_queries", [200, 800], restart, first=t + timedelta(minutes=1))
+            + _sum_points("r1", "vllm:prefix_cache_hits", [50], first, first=t)
+            + _sum_points("r1", "vllm:prefix_cache_hits", [100, 400], restart, first=t + timedelta(minutes=1)))
+    store.insert("otel_metrics_sum", rows, SUM_COLUMNS, tag="test.seed")
+    row = review.prefix_cache(store, START, END).set_index("replica").loc["r1"]
+    assert (row["query_tokens"], row["hit_tokens"]) == (900, 450)
+
+
 def test_batch_occupancy_means(store):
     t = START + timedelta(days=2)
     rows = [[{"service.instance.id": "r1", "gpu.type": "H100"}, "vllm", "vllm:num_requests_running", {},

@@ -411,3 +411,25 @@ def test_the_headline_sentence_states_no_change_when_the_weeks_do_not_compare():
     assert ("Each successful task cost $0.0343 this week (no figure for 2026-W48). Spend was $260.10 for 7,591 "
             "successful tasks of 8,531.") in texts
     assert not any("n/a" in t for t in texts)
+
+
+def test_the_review_quotes_markup_in_telemetry_as_text(store):
+    """Replica ids, task types, tenants, the model and error types that carry Markdown and HTML images and
+    links (anyone who sends spans sets them): the HTML review escapes them, the Markdown review renders
+    them as text; neither holds a link or an image."""
+    from dashboard_seed import FOREIGN, MARKUP_NAMES, generate, run_cost_jobs, seed_alerts
+    from markdown_it import MarkdownIt
+
+    from app.review import build_review, render_html, render_markdown
+
+    seeded = generate(store, tasks=300, hours=1, names=MARKUP_NAMES)
+    assert run_cost_jobs(store, seeded.start, seeded.end)
+    seed_alerts(store, seeded, replica=MARKUP_NAMES["r3"], cascade=True)
+    review = build_review(store, "2026-W45", now=datetime(2026, 11, 9, tzinfo=timezone.utc))
+    html, md = render_html(review), render_markdown(review)
+    for name in ("replica", "task_type", "tenant"):  # quoted, escaped
+        assert f'{name} ![t](http://{FOREIGN}/{name}.png) [docs](http://{FOREIGN}/{name}) &lt;img src=' in html, name
+    assert "<img" not in html and "<a " not in html and "<strong>replica</strong>" not in html
+    rendered = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(md)
+    assert f"![t](http:\u2060//{FOREIGN}/replica.png)" in rendered
+    assert "<img" not in rendered and "<a " not in rendered and "<strong>replica</strong>" not in rendered

@@ -289,12 +289,12 @@ def test_cumulative_usage_from_the_emulator(rig):
     assert client_row["prompt"] == [c for c in calls if c["source"] == "engine"][0]["prompt"]
 
 
-def test_workload_plans_replayed_live_land_as_planned(rig, shared_data):
+def test_workload_plans_replayed_live_land_as_planned(rig, traces_dir):
     from serving.workloads import build_plans, run_live
 
     gw, url = rig.gateway(policy="session_affinity")
     provider = rig.client_provider()
-    plans = build_plans("azure", shared_data, mix={"chat": 1}, duration_s=6, max_tokens_cap=3, seed=5)
+    plans = build_plans("azure", traces_dir, mix={"chat": 1}, duration_s=6, max_tokens_cap=3, seed=5)
     planned = {p.task_id: p.steps[0].calls[0] for p in plans}
     assert len(planned) >= 3
     report = asyncio.run(run_live(plans, url + "/v1", tracer_provider=provider, time_scale=20,

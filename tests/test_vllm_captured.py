@@ -1,6 +1,6 @@
 """Issue 13 part 2: the spans and /metrics page of a REAL vLLM 0.32.0 (CPU) server through the product.
 
-Fixtures are the capture itself (tests/vllm_captured.py reads shared/reference/vllm-0.32-cpu-captured/
+Fixtures are the capture itself (tests/vllm_captured.py reads tests/fixtures/vllm-0.32-cpu-captured/
 in place), rebuilt as the OTLP request vLLM sent (typed attribute values) and the page it served.
 Expected values are copied from the capture, not recomputed by the code under test.
 """

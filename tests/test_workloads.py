@@ -17,30 +17,30 @@ from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 from serving.workloads import build_plans, load_trace, prompt_text, run_live
 
 
-def test_trace_loading_matches_the_files(shared_data):
-    azure = load_trace("azure", shared_data)
-    mooncake = load_trace("mooncake", shared_data)
-    # First rows of the files (shared/data): Azure 374/44 at t=0; Mooncake 6758/500, ids 0..13.
+def test_trace_loading_matches_the_files(traces_dir):
+    azure = load_trace("azure", traces_dir)
+    mooncake = load_trace("mooncake", traces_dir)
+    # First rows of the files (serving/workloads/data): Azure 374/44 at t=0; Mooncake 6758/500, ids 0..13.
     assert (azure.arrival_s[0], azure.prompt_tokens[0], azure.output_tokens[0]) == (0.0, 374, 44)
     assert mooncake.hash_ids[0] == tuple(range(14)) and mooncake.prompt_tokens[0] == 6758
     assert len(mooncake) == 12031
     assert 3400 < azure.span_s < 3700 and 3400 < mooncake.span_s < 3700
     with pytest.raises(ValueError, match="unknown trace"):
-        load_trace("sharegpt", shared_data)
+        load_trace("sharegpt", traces_dir)
     with pytest.raises(FileNotFoundError, match="trace file not found"):
-        load_trace("azure", shared_data / "nowhere")
+        load_trace("azure", traces_dir / "nowhere")
 
 
-def test_plans_replay_every_call_of_the_window_once(shared_data):
-    tr = load_trace("azure", shared_data)
-    plans = build_plans("azure", shared_data, duration_s=600, seed=3)
+def test_plans_replay_every_call_of_the_window_once(traces_dir):
+    tr = load_trace("azure", traces_dir)
+    plans = build_plans("azure", traces_dir, duration_s=600, seed=3)
     expected = int((tr.arrival_s < 600).sum())
     assert sum(p.n_calls for p in plans) == expected
     calls = [c for p in plans for s in p.steps for c in s.calls]
     assert [c.prompt_tokens for c in calls] == tr.prompt_tokens[:expected].tolist()
     assert [c.output_tokens for c in calls] == tr.output_tokens[:expected].tolist()
     assert [p.arrival_s for p in plans] == sorted(p.arrival_s for p in plans)
-    assert plans == build_plans("azure", shared_data, duration_s=600, seed=3)  # reproducible
+    assert plans == build_plans("azure", traces_dir, duration_s=600, seed=3)  # reproducible
     by_type = Counter(p.task_type for p in plans)
     assert set(by_type) == {"chat", "copilot", "research_agent"}
     for p in plans:
@@ -54,21 +54,21 @@ def test_plans_replay_every_call_of_the_window_once(shared_data):
             assert max(len(s.calls) for s in p.steps) >= 4  # fan-out
 
 
-def test_rate_scale_loop_and_offset(shared_data):
-    tr = load_trace("mooncake", shared_data)
-    double = build_plans("mooncake", shared_data, rate_scale=2.0, duration_s=300, mix={"chat": 1})
+def test_rate_scale_loop_and_offset(traces_dir):
+    tr = load_trace("mooncake", traces_dir)
+    double = build_plans("mooncake", traces_dir, rate_scale=2.0, duration_s=300, mix={"chat": 1})
     assert len(double) == int((tr.arrival_s / 2 < 300).sum())  # chat only: one call per task
     # Two loops of the trace: the second one's blocks are offset so loops share no prefix.
-    window = build_plans("mooncake", shared_data, duration_s=60, start_offset_s=tr.span_s, mix={"chat": 1})
-    first = build_plans("mooncake", shared_data, duration_s=60, mix={"chat": 1})
+    window = build_plans("mooncake", traces_dir, duration_s=60, start_offset_s=tr.span_s, mix={"chat": 1})
+    first = build_plans("mooncake", traces_dir, duration_s=60, mix={"chat": 1})
     assert [p.steps[0].calls[0].prompt_tokens for p in window] == [p.steps[0].calls[0].prompt_tokens for p in first]
     assert window[0].arrival_s == pytest.approx(tr.span_s)
     stride = max(max(h) for h in tr.hash_ids if h) + 1
     assert window[0].steps[0].calls[0].prefix_blocks == tuple(b + stride for b in first[0].steps[0].calls[0].prefix_blocks)
 
 
-def test_azure_tasks_share_their_context_prefix(shared_data):
-    plans = build_plans("azure", shared_data, duration_s=300, mix={"copilot": 1})
+def test_azure_tasks_share_their_context_prefix(traces_dir):
+    plans = build_plans("azure", traces_dir, duration_s=300, mix={"copilot": 1})
     task_calls = [c for s in plans[0].steps for c in s.calls]
     blocks = [c.prefix_blocks for c in task_calls]
     longest = max(blocks, key=len)
@@ -78,11 +78,11 @@ def test_azure_tasks_share_their_context_prefix(shared_data):
     assert not set(longest) & {x for b in other for x in b}
 
 
-def test_bad_arguments_are_named(shared_data):
+def test_bad_arguments_are_named(traces_dir):
     with pytest.raises(ValueError, match="unknown task type 'batchjob'"):
-        build_plans("azure", shared_data, mix={"batchjob": 1.0})
+        build_plans("azure", traces_dir, mix={"batchjob": 1.0})
     with pytest.raises(ValueError, match="rate_scale"):
-        build_plans("azure", shared_data, rate_scale=0)
+        build_plans("azure", traces_dir, rate_scale=0)
 
 
 def test_prompt_text_lengths_and_shared_blocks():

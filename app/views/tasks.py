@@ -42,7 +42,7 @@ for key, col in (("model", "model"), ("tenant", "tenant_id"), ("task_type", "tas
         tasks = tasks[tasks[col] == value]
 
 if not len(tasks):
-    ui.empty_state("No task ended in this range" + (f" matching “{search}”." if search else "."),
+    ui.empty_state("No task ended in this range" + (f" matching “{fmt.md_escape(search)}”." if search else "."),
                    "Tasks appear when the task SDK marks them (task.id / task.outcome) and the cost job has run.")
     st.stop()
 
@@ -88,7 +88,7 @@ else:  # selected from a link or an earlier search: read its row by id
     r = ui.query("schema.queries.tasks:task_detail", selected)[0]
 if r:
     cols = st.columns(5)
-    cols[0].metric("Outcome", str(r["outcome"]), border=True)
+    cols[0].metric("Outcome", fmt.md_escape(r["outcome"]), border=True)
     cols[1].metric("Cost", fmt.usd(r["cost_usd"]), border=True)
     cols[2].metric("Waste", fmt.usd(float(r.get("retry_waste_usd", 0) or 0) + float(r.get("failed_task_waste_usd", 0) or 0)),
                    border=True, help="retry waste + failed-task waste (USD)")

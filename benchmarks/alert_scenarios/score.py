@@ -5,7 +5,8 @@ An episode is one firing of one alert (rule, key) until it resolves. Against a s
 (catalog.Expect / Scenario.allow), each episode is:
 - a true positive: the first episode of an expected alert (same rule; the expected replica, or a
   fleet-wide alert when none is expected) that fired at or after the expectation's onset; a cascade
-  must also name the expected culprit;
+  must also name the expected culprit (a cascade re-named to it: its first episode naming it, those
+  before it false positives, "wrong culprit");
 - neutral: an alert the scenario allows (a true symptom of the situation, after it began);
 - a false positive: anything else, including a second episode of an alert already detected (the
   same rule and key firing again: a flapping alert) and a cascade naming the wrong culprit; another
@@ -88,6 +89,13 @@ def judge(o: Outcome, baseline: bool = False) -> Judged:
         if baseline and e.rule not in BASELINE_RULES:
             continue
         cands = [i for i, ep in enumerate(eps) if _matches(e, ep)]
+        if e.rule == CASCADE:  # a cascade re-named to the culprit: the episodes naming others were wrong
+            right = [i for i in cands if eps[i].culprit == e.culprit]
+            if right and right[0] != cands[0]:
+                for i in cands[:cands.index(right[0])]:
+                    eps[i].verdict, eps[i].why = "fp", "wrong culprit (re-named later)"
+                    used.add(i)
+                cands = cands[cands.index(right[0]):]
         first = cands[0] if cands else None
         row = {"rule": e.rule, "replica": e.replica or e.culprit, "detected": False, "ttd_s": None,
                "culprit_ok": None, "held": None, "named": None}

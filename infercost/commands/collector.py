@@ -26,6 +26,7 @@ def receiver_config(settings: Settings, **overrides):
 
     values = dict(host=settings.receiver_host, port=settings.receiver_port, ingest_token=settings.ingest_token,
                   max_body_bytes=settings.max_body_bytes, max_attribute_bytes=settings.max_attribute_bytes,
+                  keep_content=settings.keep_content,
                   batch_max_rows=settings.batch_max_rows, batch_cap_rows=settings.batch_cap_rows,
                   batch_cap_bytes=settings.batch_cap_bytes, inserts_in_flight=settings.inserts_in_flight,
                   batch_max_seconds=settings.batch_max_seconds, queue_max_rows=settings.queue_max_rows,
@@ -93,6 +94,7 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
     accepting and drains what is queued into the store; anything not yet stored stays in the
     on-disk spool and is replayed on the next start.
     """
+    from infercost.service import check_ingest
     from schema.migrate import migrate
     from schema.redact import redact
     from schema.store import LazyStore, StoreError
@@ -101,6 +103,8 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
     targets = [parse_scrape(s) for s in scrapes]
     try:
         settings = load_settings(clickhouse_url=clickhouse_url)
+        config = receiver_config(settings, host=host, port=port)
+        check_ingest(config.host, settings)
         store = LazyStore(settings.store_url, settings.database,
                           on_connect=lambda s: migrate(s, settings.retention_days))
         try:
@@ -108,7 +112,6 @@ def command(host, port, clickhouse_url, scrapes, scrape_interval):
         except StoreError as exc:
             click.echo(f"warning: store unavailable at start ({exc.reason or 'unknown'}): {exc}; accepting into "
                        f"the spool at {settings.spool_dir} and retrying every {store.retry_s:g} s", err=True)
-        config = receiver_config(settings, host=host, port=port)
         receiver, scraper = start_collector(store, config, targets, scrape_interval,
                                             min_free_disk_bytes=settings.min_free_disk_bytes)
     except (StoreError, ValueError, RuntimeError, OSError) as exc:  # pydantic errors are ValueErrors

@@ -29,7 +29,7 @@ def _mix(value: str) -> dict[str, float]:
 @click.option("--trace", "trace_name", type=click.Choice(["azure", "mooncake"]), default="azure", show_default=True,
               help="Which public trace to replay (arrivals and token lengths).")
 @click.option("--traces-dir", "--data-dir", "data_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder of the public traces (default ../shared/data); not INFERCOST_DATA_DIR, the store's "
+              help="Folder of the public traces (default: the copy shipped in serving/workloads/data); not INFERCOST_DATA_DIR, the store's "
                    "folder. --data-dir is its former name.")
 @click.option("--mix", default="chat=0.6,copilot=0.3,research_agent=0.1", show_default=True, help="Task-type shares.")
 @click.option("--rate-scale", type=float, default=1.0, show_default=True, help="Call-rate multiplier over the trace.")

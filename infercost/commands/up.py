@@ -30,19 +30,20 @@ def command(clickhouse_url, fleet_file, no_receiver, scrape, no_alerts):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(clickhouse_url=clickhouse_url, fleet_file=fleet_file)
     targets = [parse_scrape(s) for s in scrape]
+    from infercost.service import check_exposure, check_ingest
+
+    try:  # before the store is opened: a refused start creates nothing
+        check_exposure(settings.dashboard_host, settings, "dashboard")
+        check_exposure(settings.api_host, settings, "query API", token_only=True)
+        if not no_receiver:
+            check_ingest(settings.receiver_host, settings)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     try:
         store = open_store(settings, echo=click.echo)
         sync_fleet(store, settings.fleet_file, echo=click.echo)
         alert_config = None if no_alerts else load_alert_config(settings.fleet_file)
     except (StoreError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    from infercost.service import check_exposure
-
-    try:
-        check_exposure(settings.dashboard_host, settings, "dashboard")
-        check_exposure(settings.api_host, settings, "query API", token_only=True)
-    except ValueError as exc:
-        store.close()
         raise click.ClickException(str(exc)) from exc
     service = Service(store, settings)
     if no_receiver and targets:

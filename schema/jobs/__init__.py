@@ -432,7 +432,7 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
 
 class LateRecompute:
     """Background thread calling :func:`recompute_late` and :func:`roll_up_pending` every
-    ``interval_s`` (``infercost up``).
+    ``interval_s`` (``infercost up`` and ``infercost demo``, one schedule).
 
     ``start()`` / ``stop()`` (idempotent, joins the thread). Errors are logged, never raised: the
     minutes stay pending and the next round retries them.

@@ -7,7 +7,7 @@ Kinds (``FaultEvent.kind``):
   ``until_s`` the replica restarts then (empty cache, counters reset); else it stays down.
 - ``error_rate``: probability that a request is answered with an HTTP error before reaching the
   engine; ``value`` is a float (status 500) or a mapping ``{status: probability}``.
-  Realistic default: 1.8%-7.3% failed requests (BurstGPT, KDD 2025; shared/data/README.md).
+  Realistic default: 1.8%-7.3% failed requests (BurstGPT, KDD 2025; serving/workloads/data/README.md).
 - ``kv_cut``: fraction of KV-cache blocks taken away (0..1): preemption pressure.
 
 Virtual-time only (the fleet simulator; a live replica refuses them):

@@ -546,7 +546,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
                       gateway_attempt_attrs(plan, self.policy, a.gw_no, a.rep.spec.id, status, tokens, gw_error,
                                             step_context(a.step, a.ci + 1, a.n),
                                             input_tokens=req.prompt_tokens if first else None,
-                                            cached_tokens=req.hit_tokens if first else None,
+                                            cached_tokens=(req.hit_tokens or None) if first else None,
                                             output_tokens=tokens if ok else None,
                                             finish_reason=finish if ok else None,
                                             ttfc=gw_ttft if first else None),
@@ -562,7 +562,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
                   a.t0, t,
                   client_attrs(plan, a.step, a.n, call=a.ci + 1,
                                input_tokens=req.prompt_tokens if (ok and req) else None,
-                               cached_tokens=req.hit_tokens if (ok and req) else None,
+                               cached_tokens=(req.hit_tokens or None) if (ok and req) else None,
                                output_tokens=out_tokens, finish_reason=finish, ttfc=ttft, tokens_received=tokens,
                                error_type=error_type),
                   STATUS_UNSET if ok else STATUS_ERROR, error_type or "", task.ctx)

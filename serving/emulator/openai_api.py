@@ -127,13 +127,17 @@ def context_error(prompt_tokens: int, max_tokens, max_model_len: int) -> tuple[s
 
 def usage(reqs, outs) -> dict:
     """Usage of a client request: the prompt once, the completion tokens of all its choices, and
-    ``prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``)."""
+    ``prompt_tokens_details.cached_tokens`` (vLLM with ``--enable-prompt-tokens-details``) only when
+    some prompt tokens were cached: vLLM 0.32 sets the details only for a request with cached tokens
+    (a miss has no ``prompt_tokens_details``; CONFORMANCE.md)."""
     reqs = reqs if isinstance(reqs, (list, tuple)) else [reqs]
     outs = outs if isinstance(outs, (list, tuple)) else [outs]
     prompt = reqs[0].prompt_tokens
     completion = sum(outs)
-    return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": reqs[0].hit_tokens, "created_cache_tokens": 0}}
+    out = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    if reqs[0].hit_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": reqs[0].hit_tokens, "created_cache_tokens": 0}
+    return out
 
 def sse_chunk(request_id, chat, model, created, text=None, role=None, finish=None, usage=None, choices=True,
               index: int = 0) -> str:

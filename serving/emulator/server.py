@@ -20,7 +20,8 @@ engine request, parented by the incoming ``traceparent`` (scope ``vllm.tracing.o
 ``max_tokens`` above the context is a 400, a prompt over the context is a 400, and a prompt +
 ``max_tokens`` over the context is answered 200 with the output capped (finish reason ``length``).
 Usage carries ``prompt_tokens_details.cached_tokens`` (the server runs as with
-``--enable-prompt-tokens-details``).
+``--enable-prompt-tokens-details``) when the request had cached tokens; a miss has no
+``prompt_tokens_details``, as vLLM 0.32 answers.
 """
 
 from __future__ import annotations

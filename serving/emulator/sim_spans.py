@@ -96,7 +96,7 @@ def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status:
     first chunk arrived, even when the stream then broke or the client left, and with it
     ``cached_tokens`` (``usage.prompt_tokens_details.cached_tokens``: the replicas run with
     ``--enable-prompt-tokens-details``, as serving/vllm/launch.py starts vLLM and the live emulator
-    answers); ``output_tokens`` and ``finish_reason`` only from a stream that ended cleanly; ``ttfc``
+    answers; None for a miss, whose usage has no details, as vLLM 0.32 answers); ``output_tokens`` and ``finish_reason`` only from a stream that ended cleanly; ``ttfc``
     seconds at the gateway."""
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
          sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}

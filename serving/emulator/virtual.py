@@ -6,7 +6,7 @@ runs one step at a time behind the API-server model (frontend.py), as a live rep
 simulator with clients, gateway, spans and metrics is fleet_sim.py; the workload generators that
 turn traces into task mixes are serving/workloads (this module only reads sizes and times).
 
-Traces (shared/data/README.md): Azure LLM inference 2023 conversation (``TIMESTAMP``,
+Traces (serving/workloads/data/README.md): Azure LLM inference 2023 conversation (``TIMESTAMP``,
 ``ContextTokens``, ``GeneratedTokens``; replayed by inter-arrival deltas) and the Mooncake
 conversation trace (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``).
 """

@@ -126,7 +126,7 @@ def build_plans(trace: str = "azure", data_dir: str | Path | None = None, mix: d
                 reask_rates: dict[str, float] | None = None) -> list[TaskPlan]:
     """Task plans replaying ``trace`` for ``duration_s`` seconds, starting ``start_offset_s`` into the looped trace.
 
-    trace: "azure" | "mooncake". data_dir: folder of the trace files (default ../shared/data).
+    trace: "azure" | "mooncake". data_dir: folder of the trace files (default: the shipped copy, traces.default_data_dir).
     mix: task type -> share (normalised; default 60% chat, 30% copilot, 10% research_agent).
     rate_scale: call-rate multiplier (2.0 = twice the trace's calls per second). seed: makes the
     plans reproducible (types, call counts, steps, tenants). tenants: tenant ids, drawn with

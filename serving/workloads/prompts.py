@@ -1,6 +1,6 @@
 """Prompt text of a given length whose shared prefix blocks are byte-identical across calls.
 
-Position: serving (workloads). The traces carry sizes, not text (shared/data/README.md), so the
+Position: serving (workloads). The traces carry sizes, not text (serving/workloads/data/README.md), so the
 live runner builds text: each 512-token block id (Mooncake ``hash_ids``, or the builder's
 per-task ids) maps to the same 512 words every time, so a prefix cache (vLLM's, the emulator's)
 sees a hit exactly where ids repeat; the rest of the prompt is words unique to the call.

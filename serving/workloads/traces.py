@@ -1,7 +1,7 @@
 """Real public serving traces, loaded once: arrivals (seconds), prompt and output lengths, prefix blocks.
 
-Position: serving (workloads). Files live in ``../shared/data/`` (relative to the repo root) and
-are read in place, never copied (shared/data/README.md):
+Position: serving (workloads). The files ship inside this package, in ``data/`` (license and
+citation: ``data/README.md``), so an installed ``infercost`` finds them from any directory:
 
 * ``azure_llm_inference_2023_conv.csv`` — Azure LLM inference trace 2023, conversation service
   (Splitwise, ISCA 2024; CC-BY 4.0): ``TIMESTAMP`` (wall clock), ``ContextTokens``, ``GeneratedTokens``.
@@ -26,8 +26,8 @@ MOONCAKE_BLOCK_TOKENS = 512  # Mooncake trace release: each hash id covers 512 p
 
 
 def default_data_dir() -> Path:
-    """``<repo root>/../shared/data`` (this file is ``<root>/serving/workloads/traces.py``)."""
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
+    """The traces shipped with the package: ``serving/workloads/data``."""
+    return Path(__file__).resolve().parent / "data"
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,9 @@ def load_trace(name: str, data_dir: str | Path | None = None) -> Trace:
     path = Path(data_dir) if data_dir is not None else default_data_dir()
     path = path / TRACE_FILES[name]
     if not path.is_file():
-        raise FileNotFoundError(f"trace file not found: {path} (expected the shared data folder ../shared/data)")
+        hint = ("the installed package is missing its data files: reinstall infercost" if data_dir is None
+                else f"--traces-dir must be a folder holding {TRACE_FILES[name]}")
+        raise FileNotFoundError(f"trace file not found: {path} ({hint})")
     if name == "azure":
         df = pd.read_csv(path)
         ts = pd.to_datetime(df["TIMESTAMP"], format="mixed")

@@ -4,13 +4,13 @@
    ``infercost cost`` / ``review`` / ``dashboard`` open), migrated; the demo fleet (Llama-3.1-70B on one
    4x H100 and two 4x A100 replicas, with an H100 price cut three days ago) synced from ``demo_fleet.yaml``.
 2. History: the previous N days simulated in virtual time (``infercost.backfill``), with one
-   scripted incident at a load peak (replica-2 slowed 3x for 20 minutes, ending ~20 minutes before the
+   scripted incident at a load peak (replica-2 slowed 6x for 20 minutes, ending ~20 minutes before the
    demo starts, so the dashboard's default "Last hour" shows it); the cost jobs run over it and the
    alert evaluator is replayed over the incident.
 3. Live: the OTLP receiver, 3 emulated replicas (OpenAI API, /metrics, spans), the /metrics
    scraper, the instrumented gateway, the task workload replaying the Mooncake conversation
    trace through the task SDK, the cost jobs (refreshable materialized views), the alert evaluator
-   and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
+   and the dashboard. A scripted incident slows replica-2 down 6x 8 minutes in (``BASELINE_WARMUP_S``).
 4. Ctrl-C, SIGTERM or ``--duration`` stops everything cleanly and prints a summary. Tasks cut off by
    the stop end with no outcome (``error.type`` = ``shutdown``): not failures, not waste.
 
@@ -72,6 +72,11 @@ MAX_NUM_SEQS = 4
 # ~5 busy minutes + 3 buckets' lag -> 7 min. Measured in that run: with the incident at 3 min the rule
 # had no baseline for replica-2 and raised nothing.
 BASELINE_WARMUP_S = 420.0
+# How long before the backfilled fault its fixed load starts: the alerts are replayed from 30 min before the
+# fault over series of 24 one-minute buckets (alerts SeriesConfig), so the minutes the cascade rule judges
+# before the fault hold the fixed load, not whatever the diurnal curve put there (with the load stepping up
+# 10 min before the fault, at the afternoon peak the other A100 timed out first and was named).
+INCIDENT_LEAD_S = 3000.0
 
 
 def demo_profile(base: str, max_num_seqs: int = MAX_NUM_SEQS) -> str:
@@ -104,18 +109,23 @@ class DemoOptions:
     backfill_days: float = 7.0
     reset: bool = False
     backfill_rate_scale: float = 0.2
-    live_rate_scale: float = 0.1
+    live_rate_scale: float = 0.15
     incident_after_s: float = 480.0  # BASELINE_WARMUP_S and a minute's margin
     incident_replica: str = "replica-2"
-    incident_factor: float = 3.0
+    incident_factor: float = 6.0
     incident_length_s: float = 600.0
-    # A 70B call with a long context takes 10-40 s (prefill and ~340 tokens at ~30-50 ms each): clients wait
-    # a minute before retrying, so the 3x slower replica's calls time out and healthy ones do not.
-    client_timeout_s: float = 60.0
-    # The backfilled incident happens at a peak whatever the hour: extra load during it brings the fleet's
-    # to this multiple of the weekday afternoon's, where queues form on the A100s (more overloads the
-    # fleet before the fault, and the cascade rule then blames whichever A100 times out first).
-    incident_peak_load: float = 1.0
+    # A 70B call with a long context takes 10-40 s (prefill and ~340 tokens at ~30-50 ms each), up to a minute
+    # more when it queues behind 4 others at the afternoon peak: clients wait 90 s before retrying, so the 6x
+    # slower replica's calls (60-240 s) time out and a healthy replica's queue at the peak does not. Measured
+    # on 1-day backfills started at different hours: at 60 s the other A100 sometimes timed out before the
+    # fault and the cascade rule named it; at 120 s with a 5x slowdown too few calls timed out for a cascade.
+    client_timeout_s: float = 90.0
+    # The backfilled incident's load, as a multiple of the weekday afternoon peak: the same replay of the trace
+    # whatever the hour the demo starts (BackfillPlan.fixed_load), from INCIDENT_LEAD_S before the fault to its
+    # end. Above the peak the two healthy replicas cannot absorb the slowed one's share and its retries (their
+    # queues step up: the cascade). 1-day backfills started at 5 hours of the day: at 1.1 each named
+    # replica-2; at 1.0 one of 7 raised no cascade (too few retries); at 0.85-0.9 the others absorbed it.
+    incident_load: float = 1.1
     seed: int = 0
     summary_json: Path | None = None
     failure_rates: dict | None = None  # None: serving.workloads.AGENTIC_FAILURE_RATES
@@ -185,7 +195,7 @@ def demo_fleet_file(data_dir: Path, now: datetime) -> Path:
 def backfill_plan(options: DemoOptions, now: datetime):
     """The history to simulate before ``now`` (``infercost.backfill.BackfillPlan``) and its incident's
     start, in seconds from the plan's start."""
-    from infercost.backfill import BackfillPlan, diurnal_factor
+    from infercost.backfill import BackfillPlan
     from serving.emulator.faults import FaultEvent
     from serving.emulator.fleet_sim import ReplicaSpec
 
@@ -197,14 +207,13 @@ def backfill_plan(options: DemoOptions, now: datetime):
     incident_at = max(0.0, span_s - 1500)
     faults = [FaultEvent(incident_at, options.incident_replica, "slowdown", options.incident_factor,
                          incident_at + 1200)]
-    # A peak from 10 min before the fault to its end: near capacity, the slow GPU's timeouts and
-    # retries spill onto the healthy replicas (the cascade rule names the culprit).
-    at_peak = options.backfill_rate_scale * diurnal_factor(start + timedelta(seconds=incident_at))
-    extra = options.backfill_rate_scale * options.incident_peak_load - at_peak
-    surges = [(max(0.0, incident_at - 600), incident_at + 1200, extra)] if extra > 0 else []
+    # The load steps up INCIDENT_LEAD_S before the fault: the cascade rule wants the culprit slow while its
+    # own load is steady (a replica that slows as its load rises is just busy).
+    fixed_load = [(max(0.0, incident_at - INCIDENT_LEAD_S), incident_at + 1200,
+                   options.backfill_rate_scale * options.incident_load)]
     plan = BackfillPlan(start=start, end=end, rate_scale=options.backfill_rate_scale,
                         fleet=[ReplicaSpec(rid, demo_profile(profile), gpu) for rid, (profile, gpu) in REPLICAS.items()],
-                        faults=faults, surges=surges, seed=options.seed, mix=MIX, trace=TRACE, model=MODEL,
+                        faults=faults, fixed_load=fixed_load, seed=options.seed, mix=MIX, trace=TRACE, model=MODEL,
                         retry_policy=_retry_policy(options.client_timeout_s), failure_rates=failure_rates(options),
                         reask_rates=reask_rates(options))
     return plan, incident_at

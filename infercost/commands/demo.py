@@ -42,7 +42,7 @@ def parse_duration(value: str | None) -> float | None:
               help="When the live incident starts (default 8m; a third of --duration when that is shorter; "
                    "before 7m replica-2 has no baseline of its own for the degradation alert).")
 @click.option("--incident-replica", default="replica-2", show_default=True)
-@click.option("--incident-factor", type=float, default=3.0, show_default=True, help="Slowdown factor.")
+@click.option("--incident-factor", type=float, default=6.0, show_default=True, help="Slowdown factor.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--port", type=int, default=None, help="Dashboard port (default INFERCOST_DASHBOARD_PORT, 8501).")
 @click.option("--receiver-port", type=int, default=None, help="OTLP/HTTP receiver port (default 4318).")

@@ -66,9 +66,10 @@ def _fixed_load_plans(plan: BackfillPlan) -> list:
     for index, (at_s, until_s, rate) in enumerate(plan.fixed_load):
         if until_s > at_s:
             out += [dataclasses.replace(p, arrival_s=p.arrival_s + at_s, task_id=f"{p.task_id}-w{index}")
-                    for p in build_plans(plan.trace, plan.data_dir, plan.mix, rate_scale=rate, duration_s=until_s - at_s,
-                                         seed=plan.seed * 7919 + index + 1, failure_rates=plan.failure_rates,
-                                         reask_rates=plan.reask_rates, **_model(plan))]
+                    for p in build_plans(plan.trace, plan.data_dir, plan.mix, rate_scale=rate,
+                                         duration_s=until_s - at_s, seed=plan.seed * 7919 + index + 1,
+                                         failure_rates=plan.failure_rates, reask_rates=plan.reask_rates,
+                                         **_model(plan))]
     return out
 
 

@@ -59,8 +59,9 @@ MIX = {"chat": 0.6, "copilot": 0.3, "research_agent": 0.1}
 # vLLM's --max-num-seqs 4 (a latency-first setting for such contexts; vLLM's default is 256) makes a
 # replica sustain what that load can fill: measured in the emulator at saturation with this workload,
 # 59k work units a minute on 4x H100 and 41k on 4x A100 (``capacity`` in demo_fleet.yaml). At the
-# backfill's rate one 7-day run allocated 46 % of the week's spend (weekdays ~50 %, weekend days ~36 %);
-# from 13 to 17 UTC on weekdays the replicas were 70-78 % busy with requests queued in half their minutes.
+# backfill's rate one 7-day run allocated 48 % of the week's spend; from 13 to 17 UTC on weekdays the replicas
+# were 70-78 % busy with requests queued in half their minutes. The live load (live_rate_scale, constant)
+# allocated 62 % of the live phase's spend from its 3rd to its 11th minute (benchmarks/bench_demo_start.py).
 TRACE = "mooncake"
 MAX_NUM_SEQS = 4
 # Live seconds before the incident for the degradation rule to have replica-2's own baseline. The two
@@ -109,6 +110,7 @@ class DemoOptions:
     backfill_days: float = 7.0
     reset: bool = False
     backfill_rate_scale: float = 0.2
+    # Constant (no daily curve): 0.1 left the live phase ~70 % idle; 0.15 allocated 62 % (FLEET_SIZING).
     live_rate_scale: float = 0.15
     incident_after_s: float = 480.0  # BASELINE_WARMUP_S and a minute's margin
     incident_replica: str = "replica-2"

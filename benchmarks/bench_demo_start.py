@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,7 +104,9 @@ def main() -> None:
             proc.wait(180)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
         log.close()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

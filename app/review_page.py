@@ -64,27 +64,28 @@ def _show_block(block, key: str) -> None:
 def default_week(now: datetime, filters=None, has_data=None) -> str:
     """The week shown when the URL names none: the week the dashboard's time range ends in when the
     range is pinned to a past time (a shared link), else the last complete week before ``now`` — or
-    the week in progress when ``has_data(week)`` (optional: callable(IsoWeek) -> bool) says the last
-    complete week has no data and this one has (a fleet, or a demo, younger than a week)."""
+    the week in progress when ``has_data(week)`` (optional: callable(IsoWeek) -> hours with data, or a
+    bool) says it holds more data than the last complete week (a fleet, or a demo, younger than about
+    a week and a half: a week's history backfilled on a Sunday is mostly in the week in progress)."""
     end = getattr(filters, "end", None)
     if filters is not None and not getattr(filters, "live", True) and end is not None:
         return week_of(end).label
     last, current = last_complete_week(now), week_of(now)
-    if has_data is not None and not has_data(last) and has_data(current):
+    if has_data is not None and has_data(current) > has_data(last):
         return current.label
     return last.label
 
 
 def _has_data(store):
-    """``has_data`` of :func:`default_week` over the store: some replica-minute in the week
-    (``review.coverage``); True when the store cannot say (the page reports its errors itself)."""
+    """``has_data`` of :func:`default_week` over the store: the week's hours holding a replica-minute
+    (``review.coverage``); 0 when the store cannot say (the page reports its errors itself)."""
     from schema.queries.review import coverage
 
-    def check(week) -> bool:
+    def check(week) -> int:
         try:
-            return coverage(store, week.start, week.end)["hours_with_data"] > 0
+            return int(coverage(store, week.start, week.end)["hours_with_data"])
         except Exception:  # noqa: BLE001 - the default stays the last complete week
-            return True
+            return 0
     return check
 
 

@@ -3,9 +3,9 @@ on 2 cores), with the progress bar and its ETA on stderr.
 
 Run: ``.venv/bin/python benchmarks/bench_planner.py [--days 7] [--candidates 20] [--workers 2]``
 
-Store: the demo's own history (``infercost.demo.backfill_history``: the demo fleet of 2x H100 +
-2x A100 at --max-num-seqs 16, the Azure 2023 conversation trace as chat / copilot / research-agent
-tasks with the diurnal curve, the peak-hour incident, the cost jobs), built once under
+Store: the demo's own history (``infercost.demo.backfill_history``: the demo fleet and its trace as
+chat / copilot / research-agent tasks with the diurnal curve, the incident at a load peak, the cost
+jobs; ``infercost/demo.py`` FLEET_SIZING), built once under
 ``benchmarks/results/planner-demo-<days>d/`` and reused (building it takes a few minutes).
 
 Measured in one run:

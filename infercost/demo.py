@@ -1,21 +1,25 @@
 """``infercost demo``: the whole product on emulated GPUs and a real public trace, in one process.
 
 1. The store of the data dir (the embedded default ``<data dir>/clickhouse``, the same one
-   ``infercost cost`` / ``review`` / ``dashboard`` open), migrated; the demo fleet (2x H100, 2x A100 replicas,
-   with an H100 price cut three days ago) synced from ``demo_fleet.yaml``.
+   ``infercost cost`` / ``review`` / ``dashboard`` open), migrated; the demo fleet (Llama-3.1-70B on one
+   4x H100 and two 4x A100 replicas, with an H100 price cut three days ago) synced from ``demo_fleet.yaml``.
 2. History: the previous N days simulated in virtual time (``infercost.backfill``), with one
-   scripted incident (replica-2 slowed 3x for 20 minutes, three hours ago); the cost jobs run
-   over it and the alert evaluator is replayed over the incident hours.
-3. Live: the OTLP receiver, 4 emulated replicas (OpenAI API, /metrics, spans), the /metrics
-   scraper, the instrumented gateway, the task workload replaying the Azure 2023 conversation
+   scripted incident at a load peak (replica-2 slowed 6x for 20 minutes, ending ~20 minutes before the
+   demo starts, so the dashboard's default "Last hour" shows it); the cost jobs run over it and the
+   alert evaluator is replayed over the incident.
+3. Live: the OTLP receiver, 3 emulated replicas (OpenAI API, /metrics, spans), the /metrics
+   scraper, the instrumented gateway, the task workload replaying the Mooncake conversation
    trace through the task SDK, the cost jobs (refreshable materialized views), the alert evaluator
-   and the dashboard. A scripted incident slows replica-2 down 3x 8 minutes in (``BASELINE_WARMUP_S``).
+   and the dashboard. A scripted incident slows replica-2 down 6x 8 minutes in (``BASELINE_WARMUP_S``).
 4. Ctrl-C, SIGTERM or ``--duration`` stops everything cleanly and prints a summary. Tasks cut off by
    the stop end with no outcome (``error.type`` = ``shutdown``): not failures, not waste.
 
 The workload is agentic: research agents and copilot actions fail on their own at a step k of n
 after paying for steps 1..k (``serving.workloads.AGENTIC_FAILURE_RATES``, with their sources), and
-clients time out and retry; the Azure 2023 trace gives the arrivals and lengths.
+clients time out and retry; the Mooncake conversation trace gives the arrivals, lengths and shared prefixes.
+
+Load and fleet are sized together (``FLEET_SIZING``): what two cores can emulate is ~0.2-0.5 calls a
+second, so the fleet is one whose capacity that load fills to an operator's 40-60 %.
 """
 
 from __future__ import annotations
@@ -40,18 +44,26 @@ from infercost.settings import Settings
 
 log = logging.getLogger(__name__)
 
-MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-# replica id -> (emulator profile, GPU type); the demo fleet file prices the same ids.
+MODEL = "meta-llama/Llama-3.1-70B-Instruct"
+# replica id -> (emulator profile, GPU type); the demo fleet file prices the same ids (4 GPUs each).
 REPLICAS = {
-    "replica-0": ("h100-llama-3.1-8b", "H100"),
-    "replica-1": ("h100-llama-3.1-8b", "H100"),
-    "replica-2": ("a100-llama-3.1-8b", "A100"),
-    "replica-3": ("a100-llama-3.1-8b", "A100"),
+    "replica-0": ("4xh100-llama-3.1-70b", "H100"),
+    "replica-1": ("4xa100-llama-3.1-70b", "A100"),
+    "replica-2": ("4xa100-llama-3.1-70b", "A100"),
 }
 MIX = {"chat": 0.6, "copilot": 0.3, "research_agent": 0.1}
-# The demo replicas run with vLLM's --max-num-seqs 16 (a latency-first setting; vLLM's default is
-# 256) so that a laptop-sized load can bring the fleet near capacity, where a slow GPU cascades.
-MAX_NUM_SEQS = 16
+# FLEET_SIZING. Two cores emulate ~0.2-0.5 calls a second (the backfill simulates a few hundred calls a second
+# with their spans; the live phase streams every token through a client, a gateway and a replica). The
+# Mooncake conversation trace (Kimi's production traffic: ~12k-token prompts, most of them a shared
+# prefix, ~340 output tokens) makes each call the work of a long-context agent step, and a 70B model at
+# vLLM's --max-num-seqs 4 (a latency-first setting for such contexts; vLLM's default is 256) makes a
+# replica sustain what that load can fill: measured in the emulator at saturation with this workload,
+# 59k work units a minute on 4x H100 and 41k on 4x A100 (``capacity`` in demo_fleet.yaml). At the
+# backfill's rate one 7-day run allocated 48 % of the week's spend; from 13 to 17 UTC on weekdays the replicas
+# were 70-78 % busy with requests queued in half their minutes. The live load (live_rate_scale, constant)
+# allocated 62 % of the live phase's spend from its 3rd to its 11th minute (benchmarks/bench_demo_start.py).
+TRACE = "mooncake"
+MAX_NUM_SEQS = 4
 # Live seconds before the incident for the degradation rule to have replica-2's own baseline. The two
 # A100s are too few to be judged against their GPU type (alerts SeriesConfig.min_same_type_peers 2), so
 # each is judged against its own older buckets: at least 4 (alerts.series.BASELINE_MIN) of >= 5 calls
@@ -61,15 +73,20 @@ MAX_NUM_SEQS = 16
 # ~5 busy minutes + 3 buckets' lag -> 7 min. Measured in that run: with the incident at 3 min the rule
 # had no baseline for replica-2 and raised nothing.
 BASELINE_WARMUP_S = 420.0
+# How long before the backfilled fault its fixed load starts: the alerts are replayed from 30 min before the
+# fault over series of 24 one-minute buckets (alerts SeriesConfig), so the minutes the cascade rule judges
+# before the fault hold the fixed load, not whatever the diurnal curve put there (with the load stepping up
+# 10 min before the fault, at the afternoon peak the other A100 timed out first and was named).
+INCIDENT_LEAD_S = 3000.0
 
 
-def demo_profile(base: str) -> str:
-    """Register (once) and return the name of ``base`` with ``max_num_seqs = MAX_NUM_SEQS``."""
+def demo_profile(base: str, max_num_seqs: int = MAX_NUM_SEQS) -> str:
+    """Register (once) and return the name of ``base`` with ``max_num_seqs`` (default: the demo's)."""
     from serving.emulator import profiles
 
-    name = f"{base}-seqs{MAX_NUM_SEQS}"
+    name = f"{base}-seqs{max_num_seqs}"
     if name not in profiles.PROFILES:
-        profiles.PROFILES[name] = profiles.PROFILES[base].with_overrides(name=name, max_num_seqs=MAX_NUM_SEQS)
+        profiles.PROFILES[name] = profiles.PROFILES[base].with_overrides(name=name, max_num_seqs=max_num_seqs)
     return name
 
 
@@ -92,16 +109,25 @@ class DemoOptions:
     duration_s: float | None = None  # None: until Ctrl-C
     backfill_days: float = 7.0
     reset: bool = False
-    backfill_rate_scale: float = 0.05
+    backfill_rate_scale: float = 0.2
+    # Constant (no daily curve): 0.1 left the live phase ~70 % idle; 0.15 allocated 62 % (FLEET_SIZING).
     live_rate_scale: float = 0.15
     incident_after_s: float = 480.0  # BASELINE_WARMUP_S and a minute's margin
     incident_replica: str = "replica-2"
-    incident_factor: float = 3.0
+    incident_factor: float = 6.0
     incident_length_s: float = 600.0
-    client_timeout_s: float = 10.0
-    # The backfilled incident happens at a peak, near capacity. 5x (was 4x before agentic tasks failed on
-    # their own: a failed research agent stops sending calls, so the same surge loaded the fleet less).
-    incident_surge_rate_scale: float = 5.0
+    # A 70B call with a long context takes 10-40 s (prefill and ~340 tokens at ~30-50 ms each), up to a minute
+    # more when it queues behind 4 others at the afternoon peak: clients wait 90 s before retrying, so the 6x
+    # slower replica's calls (60-240 s) time out and a healthy replica's queue at the peak does not. Measured
+    # on 1-day backfills started at different hours: at 60 s the other A100 sometimes timed out before the
+    # fault and the cascade rule named it; at 120 s with a 5x slowdown too few calls timed out for a cascade.
+    client_timeout_s: float = 90.0
+    # The backfilled incident's load, as a multiple of the weekday afternoon peak: the same replay of the trace
+    # whatever the hour the demo starts (BackfillPlan.fixed_load), from INCIDENT_LEAD_S before the fault to its
+    # end. Above the peak the two healthy replicas cannot absorb the slowed one's share and its retries (their
+    # queues step up: the cascade). 1-day backfills started at 5 hours of the day: at 1.1 each named
+    # replica-2; at 1.0 one of 7 raised no cascade (too few retries); at 0.85-0.9 the others absorbed it.
+    incident_load: float = 1.1
     seed: int = 0
     summary_json: Path | None = None
     failure_rates: dict | None = None  # None: serving.workloads.AGENTIC_FAILURE_RATES
@@ -124,9 +150,9 @@ def incident_expectation(options: DemoOptions) -> str:
     """What the live incident should raise, for the banner: a replica-degradation alert only when the
     incident leaves the rule ``BASELINE_WARMUP_S`` of live history to judge the replica against."""
     if options.incident_after_s >= BASELINE_WARMUP_S:
-        return ("live load is light, no cascade: expect a replica-degradation alert 2-4 min after it starts, "
+        return ("expect a replica-degradation alert 2-4 min after it starts, "
                 f"{options.incident_replica} judged against its own speed of the minutes before")
-    return (f"live load is light, no cascade; before {BASELINE_WARMUP_S / 60:.0f} min of live history "
+    return (f"before {BASELINE_WARMUP_S / 60:.0f} min of live history "
             f"{options.incident_replica} has no baseline of its own: no degradation alert expected")
 
 
@@ -142,8 +168,8 @@ def live_plans(options: DemoOptions, run_id: str, horizon_s: float):
 
     from serving.workloads import build_plans
 
-    plans = build_plans("azure", None, MIX, rate_scale=options.live_rate_scale, duration_s=horizon_s,
-                        seed=options.seed + 1, start_offset_s=0, failure_rates=failure_rates(options),
+    plans = build_plans(TRACE, None, MIX, rate_scale=options.live_rate_scale, duration_s=horizon_s,
+                        seed=options.seed + 1, start_offset_s=0, model=MODEL, failure_rates=failure_rates(options),
                         reask_rates=reask_rates(options))
     return [dataclasses.replace(p, task_id=f"live-{run_id}-{p.task_id}") for p in plans]
 
@@ -168,28 +194,41 @@ def demo_fleet_file(data_dir: Path, now: datetime) -> Path:
     return path
 
 
-def backfill_history(store, options: DemoOptions, now: datetime, echo=print) -> dict:
-    """Simulate ``options.backfill_days`` before ``now`` into the store, run the jobs and replay the alerts."""
-    from alerts.service import AlertService
-    from infercost.backfill import BackfillPlan, run_backfill
-    from schema import jobs
+def backfill_plan(options: DemoOptions, now: datetime):
+    """The history to simulate before ``now`` (``infercost.backfill.BackfillPlan``) and its incident's
+    start, in seconds from the plan's start."""
+    from infercost.backfill import BackfillPlan
     from serving.emulator.faults import FaultEvent
     from serving.emulator.fleet_sim import ReplicaSpec
 
     start = now - timedelta(days=options.backfill_days)
     end = now - timedelta(minutes=15)  # tasks still running at the end finish before live starts
     span_s = (end - start).total_seconds()
-    incident_at = max(0.0, span_s - 3 * 3600)
+    # The incident runs from 40 to 20 min before the live start (the backfill ends 15 min before it): the
+    # dashboard's default range, the last hour, holds it from onset to recovery for the first ~20 min.
+    incident_at = max(0.0, span_s - 1500)
     faults = [FaultEvent(incident_at, options.incident_replica, "slowdown", options.incident_factor,
                          incident_at + 1200)]
-    # A peak from 15 min before the fault to 30 min after it: near capacity, the slow GPU's timeouts
-    # and retries spill onto the healthy replicas (measured: the cascade rule names the culprit).
-    surges = [(max(0.0, incident_at - 900), incident_at + 1800, options.incident_surge_rate_scale)]
+    # The load steps up INCIDENT_LEAD_S before the fault: the cascade rule wants the culprit slow while its
+    # own load is steady (a replica that slows as its load rises is just busy).
+    fixed_load = [(max(0.0, incident_at - INCIDENT_LEAD_S), incident_at + 1200,
+                   options.backfill_rate_scale * options.incident_load)]
     plan = BackfillPlan(start=start, end=end, rate_scale=options.backfill_rate_scale,
                         fleet=[ReplicaSpec(rid, demo_profile(profile), gpu) for rid, (profile, gpu) in REPLICAS.items()],
-                        faults=faults, surges=surges, seed=options.seed, mix=MIX,
+                        faults=faults, fixed_load=fixed_load, seed=options.seed, mix=MIX, trace=TRACE, model=MODEL,
                         retry_policy=_retry_policy(options.client_timeout_s), failure_rates=failure_rates(options),
                         reask_rates=reask_rates(options))
+    return plan, incident_at
+
+
+def backfill_history(store, options: DemoOptions, now: datetime, echo=print) -> dict:
+    """Simulate ``options.backfill_days`` before ``now`` into the store, run the jobs and replay the alerts."""
+    from alerts.service import AlertService
+    from infercost.backfill import run_backfill
+    from schema import jobs
+
+    plan, incident_at = backfill_plan(options, now)
+    start, end = plan.start, plan.end
     echo(f"backfill: simulating {options.backfill_days:g} day(s) of the fleet in virtual time "
          f"({start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC), incident on {options.incident_replica} "
          f"at {start + timedelta(seconds=incident_at):%Y-%m-%d %H:%M} UTC")
@@ -326,11 +365,11 @@ def run_demo(settings: Settings, options: DemoOptions, echo=print) -> dict:
     echo("")
     echo(f"  dashboard      {dashboard.url}   (Live operations, Cost per successful task, Triangle, Tasks, Alerts, Weekly review, Planner)")
     echo(f"  OTLP receiver  {otlp}/v1/traces   (receiver metrics: {otlp}/metrics)")
-    echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; 4 emulated replicas behind it)")
+    echo(f"  gateway        {gateway.url}/v1   (OpenAI-compatible; {len(replicas)} emulated replicas behind it)")
     echo(f"  query API      {api.url}   (JSON; cost metrics for Prometheus: {api.url.rsplit('/api/', 1)[0]}/metrics)")
     echo(f"  incident       {options.incident_replica} slowed {options.incident_factor:g}x in "
          f"{options.incident_after_s:.0f} s ({incident_expectation(options)}); the backfilled "
-         f"peak-hour incident shows the full cascade on the Alerts page")
+         f"incident of 40 min ago, at a load peak, shows the full cascade on the Alerts page")
     echo("  Ctrl-C stops everything." if options.duration_s is None else f"  stopping in {options.duration_s:.0f} s.")
     deadline = time.monotonic() + options.duration_s if options.duration_s else None
     restore = stop_on_sigterm()
@@ -412,6 +451,20 @@ def final_summary(store, start: datetime | None, end: datetime) -> dict:
     }
 
 
+# Where the spend went: the cost model's categories (docs: DESIGN "Cost model"), in the summary's order.
+SPEND_CATEGORIES = (("useful_usd", "useful"), ("retry_waste_usd", "retry waste"),
+                    ("failed_task_waste_usd", "failed-task waste"), ("unattributed_usd", "unattributed"),
+                    ("pending_usd", "pending"), ("idle_usd", "idle GPUs"))
+
+
+def waste_shares(summary: dict) -> list[tuple[str, float]]:
+    """``(category, share of spend)`` of :data:`SPEND_CATEGORIES`; empty when the period has no spend."""
+    spend = summary.get("spend_usd") or 0.0
+    if not spend > 0:
+        return []
+    return [(label, (summary.get(key) or 0.0) / spend) for key, label in SPEND_CATEGORIES]
+
+
 def print_summary(summary: dict, echo=print) -> None:
     s = summary["summary"]
     echo("")
@@ -422,6 +475,8 @@ def print_summary(summary: dict, echo=print) -> None:
                        ("cost_per_1m_tokens_usd", "cost per 1M tokens"), ("spend_usd", "spend")):
         if key in s and s[key] is not None:
             echo(f"  {label:<23} ${s[key]:,.4f}")
+    for label, share in waste_shares(s):
+        echo(f"    {label:<21} {share:6.1%}")
     cascades = [a for a in summary["alerts"] if a.get("rule") == "cascading_degradation"]
     echo(f"  alerts fired            {len(summary['alerts'])} ({len(cascades)} cascading degradation"
          + (f": {', '.join(sorted({a.get('replica', '') for a in cascades}))})" if cascades else ")"))

@@ -64,11 +64,8 @@ def _serve(tmp_path_factory, names: dict | None = None):
                 task = _ready_task(proc)
                 # Keep draining the server's output so a full pipe never blocks it.
                 threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
-            try:
-                if httpx.get(f"{url}/_stcore/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+            if _healthy(url):
+                break
             time.sleep(0.25)
         else:
             pytest.fail("dashboard did not answer /_stcore/health within 120 s")
@@ -80,6 +77,14 @@ def _serve(tmp_path_factory, names: dict | None = None):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+def _healthy(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether the Streamlit server at ``url`` answers its health check."""
+    try:
+        return httpx.get(f"{url}/_stcore/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def _ready_task(proc) -> str:

@@ -1,12 +1,15 @@
-"""The short demo end to end, as CI runs it: `infercost demo --duration 2m --backfill-days 1`.
+"""The short demo end to end, as CI runs it: `infercost demo --backfill-days 1`, stopped after 2 min live.
 
-Runs the real command in a subprocess (it owns its own embedded store), checks the dashboard
-answers on its port while it runs, and reads the final summary it writes: every table has rows, a
-cascading-degradation alert fired and names the slowed replica.
+Runs the real command once in a subprocess (it owns its own embedded store) for the tests that need it:
+the pages a newcomer opens first, in headless Chromium, while it runs; then SIGTERM and the final
+summary it writes: every table has rows, a cascading-degradation alert fired and names the slowed
+replica, the spend categories with their shares.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import signal
@@ -28,49 +31,112 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
-    """Also issue 17: SIGTERM stops the demo with its summary (fault 7); while it runs, its query API
-    answers and `infercost cost` reads through it instead of failing on the locked store (fault 3)."""
-    dashboard_port, receiver_port, api_port = _free_port(), _free_port(), _free_port()
-    summary_path = tmp_path / "summary.json"
+@pytest.fixture(scope="module")
+def short_demo(tmp_path_factory):
+    """The short demo as CI runs it, in a subprocess with its own data dir, shared by the tests below (one
+    backfill for all of them): yields once its dashboard answers; SIGTERMs or kills it at the end."""
+    tmp_path = tmp_path_factory.mktemp("short_demo")
+    run = {"tmp": tmp_path, "port": _free_port(), "api_port": _free_port(), "summary": tmp_path / "summary.json",
+           "log": tmp_path / "demo.log"}
     env = {**os.environ, "INFERCOST_DATA_DIR": str(tmp_path / "data"), "NO_PROXY": "127.0.0.1,localhost",
-           "INFERCOST_API_PORT": str(api_port)}
+           "INFERCOST_API_PORT": str(run["api_port"])}
     env.pop("INFERCOST_CLICKHOUSE_URL", None)
+    run["env"] = env
     cmd = [sys.executable, "-m", "infercost.cli", "demo", "--duration", "10m", "--backfill-days", "1",
-           "--incident-after", "40s",
-           "--port", str(dashboard_port), "--receiver-port", str(receiver_port), "--summary-json", str(summary_path)]
-    log = (tmp_path / "demo.log").open("w")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    answered, cli_output, live_since = False, "", None
+           "--incident-after", "40s", "--port", str(run["port"]), "--receiver-port", str(_free_port()),
+           "--summary-json", str(run["summary"])]
+    log = run["log"].open("w")
+    proc = run["proc"] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 800
         while proc.poll() is None and time.monotonic() < deadline:
-            if not answered:
-                try:
-                    answered = httpx.get(f"http://127.0.0.1:{dashboard_port}/_stcore/health", timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    pass
-                if answered:
-                    live_since = time.monotonic()
-            elif not cli_output:
-                cli = subprocess.run([sys.executable, "-m", "infercost.cli", "cost", "--since", "2d"], cwd=tmp_path,
-                                     env=env, capture_output=True, text=True, timeout=300)
-                assert cli.returncode == 0, cli.stderr
-                cli_output = cli.stderr + cli.stdout
-            elif time.monotonic() - live_since > 120:
-                proc.send_signal(signal.SIGTERM)  # a service manager stopping it
-                break
+            try:
+                if httpx.get(f"http://127.0.0.1:{run['port']}/_stcore/health", timeout=2).status_code == 200:
+                    run["live_since"] = time.monotonic()
+                    break
+            except httpx.HTTPError:
+                pass
             time.sleep(2)
-        assert proc.wait(timeout=120) == 0, (tmp_path / "demo.log").read_text()[-4000:]
+        yield run
     finally:
         if proc.poll() is None:
             proc.kill()
-    output = (tmp_path / "demo.log").read_text()
-    assert answered, "the dashboard never answered on its port"
+            proc.wait(30)
+        log.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(900)
+def test_the_demo_pages_tell_the_story_at_their_default_range(short_demo, artifacts):
+    """What a newcomer sees first, in Debian's headless Chromium: over the last 24 h idle GPUs are under
+    70 % of the spend and retries and failed tasks are visible waste (the cost page's own waste table,
+    downloaded as CSV, and the query API over the same store agree); at the default range the Alerts page
+    pins the backfilled cascade with replica-2 as its culprit. Screenshots under tests/artifacts/."""
+    from playwright.sync_api import sync_playwright
+    from test_app_browser import ARGS, CHROMIUM, _settle
+
+    assert "live_since" in short_demo, short_demo["log"].read_text()[-4000:]
+    url = f"http://127.0.0.1:{short_demo['port']}"
+    summary = httpx.get(f"http://127.0.0.1:{short_demo['api_port']}/api/v1/summary", params={"since": "24h"},
+                        timeout=60)
+    summary.raise_for_status()
+    row = summary.json()["rows"][0]
+    assert row["spend_usd"] > 0
+    assert row["idle_usd"] < 0.7 * row["spend_usd"], row
+    assert row["retry_waste_usd"] > 0 and row["failed_task_waste_usd"] > 0, row
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            page = browser.new_context(viewport={"width": 1500, "height": 1800}, accept_downloads=True).new_page()
+            page.goto(f"{url}/cost?range=24h", wait_until="domcontentloaded")
+            _settle(page)
+            page.screenshot(path=str(artifacts / "demo_cost_24h.png"), full_page=True)
+            waste = _waste_csv(page)
+            assert float(waste["idle"]["share of spend"]) < 0.7, waste
+            assert float(waste["retry_waste"]["USD"]) > 0 and float(waste["failed_task_waste"]["USD"]) > 0, waste
+
+            page.goto(f"{url}/alerts", wait_until="domcontentloaded")  # the default range: the last hour
+            _settle(page)
+            page.screenshot(path=str(artifacts / "demo_alerts_default_range.png"), full_page=True)
+            body = page.inner_text("body")
+            assert "range=1h" in page.url  # the default range, written back to the URL
+            assert "Cascading degradation — culprit replica-2" in body, body[:3000]
+        finally:
+            browser.close()
+
+
+def _waste_csv(page) -> dict[str, dict]:
+    """The cost page's "Where the money went" table, from its own Download CSV button: category -> row."""
+    buttons = page.get_by_role("button", name="Download CSV")
+    for i in range(buttons.count()):
+        with page.expect_download() as download:
+            buttons.nth(i).click()
+        if download.value.suggested_filename == "waste_breakdown.csv":
+            rows = csv.DictReader(io.StringIO(open(download.value.path(), encoding="utf-8").read()))
+            return {row["category"]: row for row in rows}
+    raise AssertionError("the cost page has no waste_breakdown.csv download")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_short_demo_fills_every_table_and_catches_the_cascade(short_demo):
+    """Also issue 17: SIGTERM stops the demo with its summary (fault 7); while it runs, its query API
+    answers and `infercost cost` reads through it instead of failing on the locked store (fault 3)."""
+    proc, tmp_path = short_demo["proc"], short_demo["tmp"]
+    assert "live_since" in short_demo, "the dashboard never answered on its port: " + \
+        short_demo["log"].read_text()[-4000:]
+    cli = subprocess.run([sys.executable, "-m", "infercost.cli", "cost", "--since", "2d"], cwd=tmp_path,
+                         env=short_demo["env"], capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    cli_output = cli.stderr + cli.stdout
+    time.sleep(max(0.0, 120 - (time.monotonic() - short_demo["live_since"])))
+    assert proc.poll() is None, short_demo["log"].read_text()[-4000:]
+    proc.send_signal(signal.SIGTERM)  # a service manager stopping it
+    assert proc.wait(timeout=120) == 0, short_demo["log"].read_text()[-4000:]
+    output = short_demo["log"].read_text()
     assert "reading through its query API" in cli_output and "CPST $/task" in cli_output
-    text = summary_path.read_text()
+    text = short_demo["summary"].read_text()
     assert "NaN" not in text
     summary = json.loads(text)
     empty = [table for table, rows in summary["tables"].items() if rows == 0]
@@ -79,6 +145,8 @@ def test_short_demo_fills_every_table_and_catches_the_cascade(tmp_path):
     assert cascades, f"no cascade alert; alerts: {[(a['rule'], a['replica']) for a in summary['alerts']]}"
     assert {a["replica"] for a in cascades} == {"replica-2"}
     assert "cost per successful task" in output and "alerts fired" in output
+    for category in ("useful", "retry waste", "failed-task waste", "idle GPUs"):  # the closing summary's shares
+        assert f"    {category}" in output and "%" in output, output[-3000:]
     assert not (tmp_path / "data" / "service.json").exists()  # the owner withdrew its announcement
 
 
@@ -94,24 +162,38 @@ def test_banner_promises_a_live_degradation_alert_only_after_the_baseline_warmup
 
 
 def test_the_backfill_progress_bar_is_sized_by_the_tasks_it_will_simulate():
-    """The demo's 1-day backfill plan (base scale 0.05 with the incident's surge at 5.0): the estimate
-    that sizes the progress bar is within 5 % of the tasks the hourly plans hold (one sampled hour at
-    the base scale said 7,248 for 8,503)."""
-    from datetime import datetime, timedelta, timezone
+    """The demo's 1-day backfill plan (its base scale with the incident's peak on top): the estimate that
+    sizes the progress bar is within 5 % of the tasks the hourly plans hold."""
+    from datetime import datetime, timezone
 
     from infercost import demo
-    from infercost.backfill import BackfillPlan, estimate_tasks, hourly_plans
+    from infercost.backfill import estimate_tasks, hourly_plans
 
-    o = demo.DemoOptions()
-    end = datetime(2026, 12, 3, 5, 45, tzinfo=timezone.utc)
-    start = end - timedelta(days=1) + timedelta(minutes=15)
-    incident = (end - start).total_seconds() - 3 * 3600
-    plan = BackfillPlan(start=start, end=end, rate_scale=o.backfill_rate_scale, fleet=[], seed=o.seed, mix=demo.MIX,
-                        surges=[(incident - 900, incident + 1800, o.incident_surge_rate_scale)],
-                        failure_rates=demo.failure_rates(o), reask_rates=demo.reask_rates(o))
+    plan, _ = demo.backfill_plan(demo.DemoOptions(backfill_days=1), datetime(2026, 12, 3, 6, 0, tzinfo=timezone.utc))
+    assert plan.fixed_load  # the incident's own load, in place of the off-peak hour's
     simulated = sum(1 for _ in hourly_plans(plan))
-    assert simulated > 5000  # the surge's share is most of it
+    assert simulated > 1000
     assert abs(estimate_tasks(plan) - simulated) <= 0.05 * simulated
+
+
+def test_the_backfilled_incident_replays_the_same_load_whatever_the_hour():
+    """The cascade's culprit must not depend on when the demo starts: the incident's window holds one
+    replay of the trace (its own seed, its own rate) in place of the diurnal hour's arrivals, so two demos
+    started at different hours put the same tasks at the same offsets from the fault."""
+    from datetime import datetime, timezone
+
+    from infercost import demo
+    from infercost.backfill import hourly_plans
+
+    def window(now):
+        plan, incident_at = demo.backfill_plan(demo.DemoOptions(backfill_days=1), now)
+        lo, hi, _ = plan.fixed_load[0]
+        assert (lo, hi) == (incident_at - demo.INCIDENT_LEAD_S, incident_at + 1200)
+        return [(round(p.arrival_s - incident_at, 6), p.task_type, len(p.steps))
+                for p in hourly_plans(plan) if lo <= p.arrival_s < hi]
+
+    night, peak = (window(datetime(2026, 12, 3, h, m, tzinfo=timezone.utc)) for h, m in ((5, 0), (16, 5)))
+    assert len(night) > 50 and night == peak
 
 
 def test_demo_runs_the_cost_schedule_of_infercost_up(tmp_path, monkeypatch):

@@ -2,10 +2,12 @@
 second virtual-time run of the demo's workload generator with a different seed. The realised saving
 must be at least 80 % of the predicted one, and every SLO must hold.
 
-The demo store: 6 weekday hours of the demo's backfill (infercost/backfill.py: the Azure 2023
-conversation trace as chat / copilot / research-agent tasks, the diurnal curve, client retries) on
-the demo fleet (2x H100 + 2x A100, --max-num-seqs 16). The second run replays the same hours with
-seed 1: other task types, groupings, tenants and task arrivals, the simulator's other draws.
+The store: 6 weekday hours of the demo's backfill generator (infercost/backfill.py: the Azure 2023
+conversation trace as chat / copilot / research-agent tasks, the diurnal curve, client retries with a
+10 s timeout) on a fleet of its own (``FLEET``: 2x H100 + 2x A100 serving Llama-3.1-8B at --max-num-seqs
+16, mostly idle at this load, so the planner has a saving to find; the demo's own fleet is sized to be
+busy). The second run replays the same hours with seed 1: other task types, groupings, tenants and task
+arrivals, the simulator's other draws.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 
 from conftest import drop_store, new_store
 from infercost.backfill import BackfillPlan, hourly_plans
-from infercost.demo import MIX, REPLICAS, _retry_policy, demo_fleet_file, demo_profile
+from infercost.demo import MIX, _retry_policy, demo_fleet_file, demo_profile
 from planner.config import PlanConfig, SearchSpec
 from planner.run import plan
 from planner_helpers import ns
@@ -25,16 +27,20 @@ from schema.fleet import load_fleet, sync_fleet
 from schema.queries import cost
 from schema.queries import planner as pq
 from serving.emulator.fleet_sim import ReplicaSpec, simulate
+from serving.emulator.profiles import get_profile
 
 pytestmark = pytest.mark.slow
 
 START = datetime(2026, 11, 3, 9, 0)  # a Tuesday morning: the diurnal curve rises from 0.65 to 1.0
 HOURS = 6
 END = START + timedelta(hours=HOURS)
+FLEET = {"replica-0": ("h100-llama-3.1-8b", "H100"), "replica-1": ("h100-llama-3.1-8b", "H100"),
+         "replica-2": ("a100-llama-3.1-8b", "A100"), "replica-3": ("a100-llama-3.1-8b", "A100")}
+SEQS = 16
 
 
 def _backfill(seed: int) -> BackfillPlan:
-    fleet = [ReplicaSpec(rid, demo_profile(profile), gpu) for rid, (profile, gpu) in REPLICAS.items()]
+    fleet = [ReplicaSpec(rid, demo_profile(profile, SEQS), gpu) for rid, (profile, gpu) in FLEET.items()]
     return BackfillPlan(start=START, end=END, rate_scale=0.05, fleet=fleet, mix=MIX, seed=seed,
                         retry_policy=_retry_policy(10.0))
 
@@ -45,7 +51,8 @@ def _run(store, fleet_file, candidate_replicas, sim_kwargs, seed: int):
 
     sync_fleet(store, load_fleet(fleet_file).model_validate({
         **load_fleet(fleet_file).model_dump(),
-        "replicas": {r.id: {"gpu_type": r.gpu_type, "gpu_count": r.gpu_count or 1} for r in candidate_replicas}}))
+        "replicas": {r.id: {"gpu_type": r.gpu_type, "gpu_count": r.gpu_count or get_profile(r.profile).gpu_count}
+                     for r in candidate_replicas}}))
     backfill = _backfill(seed)
     ingest = BufferedIngest(store)
     simulate(hourly_plans(backfill), candidate_replicas, start_time_ns=ns(START), retry_policy=backfill.retry_policy,
@@ -61,7 +68,7 @@ def test_the_recommendation_realises_its_saving_on_another_week(tmp_path):
     fleet_file = demo_fleet_file(tmp_path, START + timedelta(days=10))  # the H100 price cut is in force
     measured = new_store()
     try:
-        fleet = [ReplicaSpec(rid, demo_profile(p), gpu) for rid, (p, gpu) in REPLICAS.items()]
+        fleet = [ReplicaSpec(rid, demo_profile(p, SEQS), gpu) for rid, (p, gpu) in FLEET.items()]
         _run(measured, fleet_file, fleet, {"policy": "least_loaded"}, seed=0)
         config = PlanConfig(search=SearchSpec(budget_s=420, max_candidates=8, max_replicas=4, max_num_seqs=[16, 64]))
         run = plan(measured, START, END, config, workers=2, progress=False, echo=lambda m: None)

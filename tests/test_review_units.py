@@ -342,6 +342,11 @@ def test_dashboard_default_week_follows_a_pinned_time_range():
     assert default_week(now, pinned, has_data=lambda w: w.label in only) == "2026-W45"
     assert default_week(now, has_data=lambda w: True) == "2026-W47"
     assert default_week(now, has_data=lambda w: False) == "2026-W47"  # nothing anywhere: the usual week
+    # a week of history backfilled on a Sunday afternoon (the 7-day demo): 9 h of it in W47, 159 h in W48
+    hours = {"2026-W47": 9, "2026-W48": 159}
+    assert default_week(now, has_data=lambda w: hours.get(w.label, 0)) == "2026-W48"
+    # a fleet older than that: the complete week has more hours than the one in progress can
+    assert default_week(now, has_data=lambda w: {"2026-W47": 168, "2026-W48": 159}.get(w.label, 0)) == "2026-W47"
 
 
 def test_unlike_coverage_withholds_week_over_week_changes():

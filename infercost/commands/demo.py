@@ -32,15 +32,17 @@ def parse_duration(value: str | None) -> float | None:
 @click.option("--backfill-days", type=float, default=7.0, show_default=True,
               help="Days of history simulated in virtual time before going live (0 = none).")
 @click.option("--reset", is_flag=True, help="Delete the demo's data first (default: reuse it).")
-@click.option("--rate-scale", type=float, default=0.15, show_default=True,
-              help="Live call rate as a fraction of the Azure 2023 conversation trace's.")
-@click.option("--backfill-rate-scale", type=float, default=0.05, show_default=True,
-              help="Backfill call rate at the daily peak, as a fraction of the trace's.")
+@click.option("--rate-scale", type=float, default=None,
+              help="Live call rate as a fraction of the Mooncake conversation trace's (default: sized to the "
+                   "demo fleet, infercost/demo.py FLEET_SIZING).")
+@click.option("--backfill-rate-scale", type=float, default=None,
+              help="Backfill call rate at the daily peak, as a fraction of the trace's (default: sized to the "
+                   "demo fleet).")
 @click.option("--incident-after", default=None,
               help="When the live incident starts (default 8m; a third of --duration when that is shorter; "
                    "before 7m replica-2 has no baseline of its own for the degradation alert).")
 @click.option("--incident-replica", default="replica-2", show_default=True)
-@click.option("--incident-factor", type=float, default=3.0, show_default=True, help="Slowdown factor.")
+@click.option("--incident-factor", type=float, default=6.0, show_default=True, help="Slowdown factor.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--port", type=int, default=None, help="Dashboard port (default INFERCOST_DASHBOARD_PORT, 8501).")
 @click.option("--receiver-port", type=int, default=None, help="OTLP/HTTP receiver port (default 4318).")
@@ -50,9 +52,9 @@ def command(duration, backfill_days, reset, rate_scale, backfill_rate_scale, inc
             incident_factor, seed, port, receiver_port, summary_json):
     """Backfill a week in virtual time, then run a live emulated GPU fleet with an incident, and the dashboard.
 
-    Everything runs in this process: embedded ClickHouse store, OTLP receiver, 4 emulated vLLM
-    replicas (2x H100, 2x A100), gateway, a workload replayed from the Azure 2023 conversation
-    trace, the cost jobs, the alert evaluator and the dashboard.
+    Everything runs in this process: embedded ClickHouse store, OTLP receiver, 3 emulated vLLM
+    replicas of Llama-3.1-70B (4x H100, 2 x 4x A100), gateway, a workload replayed from the Mooncake
+    conversation trace, the cost jobs, the alert evaluator and the dashboard.
     """
     from infercost.demo import REPLICAS, DemoOptions, run_demo
 
@@ -65,6 +67,8 @@ def command(duration, backfill_days, reset, rate_scale, backfill_rate_scale, inc
         after = DemoOptions.incident_after_s if seconds is None else min(DemoOptions.incident_after_s, seconds / 3)
     if incident_replica not in REPLICAS:
         raise click.BadParameter(f"{incident_replica!r}: one of {', '.join(REPLICAS)}", param_hint="--incident-replica")
+    rate_scale = DemoOptions.live_rate_scale if rate_scale is None else rate_scale
+    backfill_rate_scale = DemoOptions.backfill_rate_scale if backfill_rate_scale is None else backfill_rate_scale
     if backfill_days < 0 or rate_scale <= 0 or backfill_rate_scale <= 0 or incident_factor <= 0:
         raise click.UsageError("--backfill-days must be >= 0; rate scales and --incident-factor must be > 0")
     settings = load_settings(dashboard_port=port, receiver_port=receiver_port)

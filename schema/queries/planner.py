@@ -1,7 +1,7 @@
 """Named queries of the capacity and cost planner (``planner_*.sql``).
 
 Position in the flow: serving -> collectors -> **schema** -> app/alerts (the planner itself,
-``infercost/planner``, is wiring and calls these). Two groups:
+``planner``, is wiring and calls these). Two groups:
 
 * workload extraction over a period ``[start, end)``: the tasks that started in it and their steps
   (what the clients asked for), client and gateway behaviour, the fleet that served it;

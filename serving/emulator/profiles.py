@@ -220,6 +220,15 @@ PROFILES: dict[str, Profile] = {
     ),
 }
 
+# 4x A100 80 GB (tensor parallel 4) + Llama-3.1-70B: the 4x H100 entry with the rule of the A100 8B entry
+# (x1.65 on every compute term, "A100 about 1.5-2x slower", ref) and the A100's 2.04 TB/s for the KV reads;
+# input_overhead (CPU side and tensor-parallel set-up) as on the H100s.
+_H100_70B = PROFILES["4xh100-llama-3.1-70b"]
+PROFILES["4xa100-llama-3.1-70b"] = _H100_70B.with_overrides(
+    name="4xa100-llama-3.1-70b", gpu_type="A100", base_s=_H100_70B.base_s * 1.65,
+    prefill_per_token_s=_H100_70B.prefill_per_token_s * 1.65, decode_per_seq_s=_H100_70B.decode_per_seq_s * 1.65,
+    kv_read_per_token_s=_KV_70B / (4 * _A100_BW))
+
 
 def get_profile(name: str, **overrides) -> Profile:
     """The named profile, optionally with fields replaced (e.g. ``noise_sigma=0.05``).

@@ -65,7 +65,7 @@ if summary is None or not (summary.get("spend_usd") or 0):
 
 def _comparable_coverage() -> bool:
     """Deltas only between periods with data for about the same time (hours in which a replica was up,
-    within 10 %): a period with 2 hours of data against a full one compares nothing (issue 17 fault 2)."""
+    within 10 %): a period with 2 hours of data against a full one compares nothing."""
     now = int(summary.get("hours_with_data") or 0) if summary else 0
     before = int(previous.get("hours_with_data") or 0) if previous else 0
     return max(now, before) > 0 and abs(now - before) <= 0.1 * max(now, before)

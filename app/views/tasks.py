@@ -64,7 +64,7 @@ view = pd.DataFrame({
 st.caption(f"{fmt.count(len(view))} tasks (newest first, at most {LIMIT:,}); times in {ui.tz_label()}. "
            "Select a row for its timeline.")
 # The table's widget key follows the search, so a new search starts without a stale row selection
-# (issue 17 fault 8: a selection is a row POSITION, which pointed at another task once the rows changed).
+# (a selection is a row POSITION: kept across a new search it would point at another task).
 table_key = "tasks_table_" + hashlib.sha1(search.encode()).hexdigest()[:8]
 event = ui.table(view, key=table_key, filename="tasks.csv", on_select="rerun", selection_mode="single-row",
                  height=360, column_config={

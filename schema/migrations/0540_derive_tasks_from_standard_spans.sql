@@ -228,7 +228,8 @@ WITH
     -- model (or one a suffix of the other: "org/name" and "name"), the engine span inside the client
     -- span's time (1 s of slack for the hosts' clocks). Parallel calls of one trace with equal counts
     -- pair in start order (either pairing gives the task the same figures); an engine span whose
-    -- candidates lie in two traces is left unjoined (cost_data_quality counts it), never guessed.
+    -- candidates lie in two traces is left unjoined, never guessed: it stays an unattributed engine call,
+    -- and each client span a call with no replica (no spend; the data-quality panel counts them).
     contained_pairs AS (
         SELECT e.trace_id AS e_trace, e.span_id AS e_span, e.start_time AS e_start,
                c.trace_id AS c_trace, c.span_id AS c_span, c.start_time AS c_start,

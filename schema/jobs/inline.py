@@ -4,10 +4,10 @@ Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
 :func:`schema.jobs.run_jobs` only.
 
 Why: ClickHouse plans a statement that reads a view roughly twice as expensively as the same query
-written out (measured on chDB's engine 26.9, issue 18 item 4: ``SELECT * FROM job_call_costs(...)``
+written out (measured on chDB's engine 26.9: ``SELECT * FROM job_call_costs(...)``
 0.25-0.33 CPU-s of analysis and planning on the calling thread, the view's own query run as the
 statement 0.16-0.19 CPU-s; ``job_resolved_calls`` with the ``job_engine_counters`` it reads,
-0.16-0.23 against 0.09-0.10; the same shape for every job view; schema/jobs/README.md). A trailing
+0.16-0.23 against 0.09-0.10; the same shape for every job view; benchmarks/README.md). A trailing
 run is almost all planning, so the runner sends each statement with the views it reads replaced by
 their queries. The SQL is still the one the periodic chain runs: the queries are read from the store
 (``system.tables.as_select``, ``job_views.sql``), as the last migration defined them; nothing is

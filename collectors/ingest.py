@@ -75,7 +75,7 @@ def _protobuf_settings(embedded: bool = False) -> dict:
         # skip indexes (otel_traces' bloom filters on ids and attribute maps, task_spans' task_id)
         # are built when parts merge, not per insert: merges rebuild them from the merged rows
         # anyway, so building them for every small insert part was work done twice (~7% of the
-        # receiver's CPU, issue 18). A part not yet merged has no index and is read in full by a
+        # receiver's CPU). A part not yet merged has no index and is read in full by a
         # query that would have skipped it: same rows, only that part's skipping is lost.
         "materialize_skip_indexes_on_insert": 0,
     }

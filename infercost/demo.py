@@ -162,8 +162,8 @@ def new_run_id() -> str:
 
 
 def live_plans(options: DemoOptions, run_id: str, horizon_s: float):
-    """The live workload's task plans; task ids carry ``run_id`` (fault 5 of issue 17: re-runs with
-    the same seed used to reuse ids, so one task combined the calls of two runs)."""
+    """The live workload's task plans; task ids carry ``run_id`` (re-runs with the same seed would
+    otherwise reuse ids, so one task would combine the calls of two runs)."""
     import dataclasses
 
     from serving.workloads import build_plans
@@ -422,7 +422,7 @@ def reset_data(settings: Settings, echo=print) -> None:
 
 
 def json_safe(value):
-    """``value`` with NaN / infinity replaced by None (JSON has no NaN; issue 17 fault 10)."""
+    """``value`` with NaN / infinity replaced by None (JSON has no NaN)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):

@@ -121,8 +121,8 @@ def _waste_csv(page) -> dict[str, dict]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_short_demo_fills_every_table_and_catches_the_cascade(short_demo):
-    """Also issue 17: SIGTERM stops the demo with its summary (fault 7); while it runs, its query API
-    answers and `infercost cost` reads through it instead of failing on the locked store (fault 3)."""
+    """Also: SIGTERM stops the demo with its summary; while it runs, its query API answers and
+    `infercost cost` reads through it instead of failing on the locked store."""
     proc, tmp_path = short_demo["proc"], short_demo["tmp"]
     assert "live_since" in short_demo, "the dashboard never answered on its port: " + \
         short_demo["log"].read_text()[-4000:]

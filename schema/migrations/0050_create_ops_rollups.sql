@@ -1,4 +1,4 @@
--- Pre-aggregations for the dashboard's live-operations page over long ranges (issue 6 benchmark:
+-- Pre-aggregations for the dashboard's live-operations page over long ranges (benchmark:
 -- on 10M calls a 7-day latency series read every engine row). Filled on insert by materialized
 -- views chained on llm_calls / otel_metrics_gauge, and back-filled once from existing rows below.
 -- Read only by schema/queries/ops_*_rollup.sql (schema/queries/ops.py picks them for wide ranges).

@@ -1,4 +1,4 @@
--- One error taxonomy for every figure and rule (issue 13, "client errors are not replica errors").
+-- One error taxonomy for every figure and rule (client errors are not replica errors).
 -- llm_calls.error_class says WHOSE fault a failed row was; docs/telemetry.md "Error classes" is the
 -- table this expression implements:
 --   ''               no error

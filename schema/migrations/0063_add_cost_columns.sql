@@ -1,4 +1,4 @@
--- Columns of the cost model's second shape (issue 12; shared/DESIGN.md "Cost model"), added where
+-- Columns of the cost model's second shape (shared/DESIGN.md "Cost model"), added where
 -- the explicit runner's positional INSERTs need them (the job views of 0064 emit them in this
 -- order). Reader views and the refreshable views that write these tables are restated in 0064.
 -- One ALTER per table (each ALTER is a metadata round trip).

@@ -1,4 +1,4 @@
--- The cost jobs, second shape (issue 12 "Cost truth on real telemetry shapes", issue 13 part 3):
+-- The cost jobs, second shape (cost truth on real telemetry shapes):
 -- the same chain and runners as 0013/0014, with these rules (schema/jobs/README.md states them):
 --   * each field of a call from the best evidence that has it: engine > gateway attempt > client
 --     attempt, field by field (tokens, cached tokens, times, finish reason; the model from the

@@ -1,4 +1,4 @@
--- Late data (issue 12 item 8; DESIGN.md "Cost model" 7): spans and metric points that arrive for a
+-- Late data (DESIGN.md "Cost model" 7): spans and metric points that arrive for a
 -- minute below the cost watermark (already copied to *_history: the periodic chain no longer
 -- recomputes it) are recorded here at ingest, per minute, replica and source. schema.jobs
 -- .recompute_late re-runs the cost jobs over those minutes (bounded by retention) and records the

@@ -1,4 +1,4 @@
--- Once only (DESIGN.md cost model 8; issue 12 item 7): OTLP delivery is at-least-once (exporters
+-- Once only (DESIGN.md cost model 8): OTLP delivery is at-least-once (exporters
 -- retry, the receiver's spool replays a batch whose insert outcome it never learnt), so the same
 -- span can reach the store twice -- in the same request, in a differently batched request, or
 -- after a receiver restart. Every reader must count a span once, by (TraceId, SpanId). The span

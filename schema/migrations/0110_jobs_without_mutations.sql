@@ -1,4 +1,4 @@
--- The explicit cost runner without mutations (issue 18, item 4). A lightweight DELETE ran as an
+-- The explicit cost runner without mutations. A lightweight DELETE ran as an
 -- ALTER UPDATE mutation over every part of the table and waited for it: 0.2-4 s per statement
 -- whatever the window held, six statements per chunk. Now
 --   * the history tables keep _block_number / _block_offset, so `DELETE ... SETTINGS

@@ -1,4 +1,4 @@
--- Hourly rollups of the cost jobs' outputs for the cost page and the triangle (issue 18, item 3).
+-- Hourly rollups of the cost jobs' outputs for the cost page and the triangle.
 -- Written by the explicit runner's `rollup` step (schema/jobs/run_cost_rollup.sql) for every hour a
 -- chunk touched, from the *_history tables (and llm_calls for the triangle's engine figures); never
 -- by a materialized view on the history tables (a recompute would add its rows a second time).

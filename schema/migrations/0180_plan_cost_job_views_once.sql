@@ -1,4 +1,4 @@
--- The cost jobs' views planned in less time (issue 18, item 4): the same rows as 0064's, with each
+-- The cost jobs' views planned in less time: the same rows as 0064's, with each
 -- heavy source expanded fewer times per statement. ClickHouse inlines a CTE or a view at every
 -- reference and analyses each copy, so a source referenced twice is planned (and read) twice; the
 -- explicit runner plans every statement of every chunk anew. Changes (schema/jobs/README.md):

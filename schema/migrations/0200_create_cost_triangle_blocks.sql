@@ -1,4 +1,4 @@
--- The triangle's engine figures per block of hours (issue 18, item 3): the exact p99 of every
+-- The triangle's engine figures per block of hours: the exact p99 of every
 -- 6-hour and 1-day block (the triangle's windows at 7 days and at longer ranges), computed once by the
 -- rollup step (schema/jobs/run_cost_blocks.sql) when every hour of the block has a complete rollup
 -- (migration 0170), by merging the hours' quantile states (cost_triangle_hours, part 'engine') of

@@ -1,4 +1,4 @@
--- The cost jobs' engine counters and gauges computed once per run (issue 18, item 4). Before, every
+-- The cost jobs' engine counters and gauges computed once per run. Before, every
 -- statement that needed them expanded their views again: job_reconciliation expanded
 -- job_engine_counters twice and job_replica_gauges once, job_replica_spend (inside
 -- job_replica_minutes) the gauges again, and job_replica_gauges computed its per-minute gauges and

@@ -1,4 +1,4 @@
--- The tasks job reads only the granules that hold its tasks' call pieces (issue 18, item 4). Before,
+-- The tasks job reads only the granules that hold its tasks' call pieces. Before,
 -- job_tasks read its ended tasks' pieces in one pass over call_costs from task_lookback_s (a day)
 -- back: `(minute >= rooted floor AND task_id IN roots) OR task_id IN rootless`. The OR kept the
 -- rooted tasks' floor out of the primary-key condition, and the task_id bloom filter passes every

@@ -1,4 +1,4 @@
--- The live page's multi-day latency series per block of hours (issue 18, item 3): the t-digest
+-- The live page's multi-day latency series per block of hours: the t-digest
 -- quantiles of every 2-hour and 12-hour bucket (the series buckets of the 7-day and 30-day ranges,
 -- app.charts.series_bucket), fleet (replica '') and per replica, computed once by the rollup step
 -- (schema/jobs/run_series_blocks.sql) by the very merge ops_latency_series_hours.sql does over the

@@ -1,5 +1,5 @@
 -- Hourly companion of ops_gauge_minutes (migrations 0050, 0066) for the live page's multi-day gauge
--- series (issue 18, item 3): on 10M calls the 7-day series summed ~480k minute rows (50-70 ms of the
+-- series: on 10M calls the 7-day series summed ~480k minute rows (50-70 ms of the
 -- page). Same columns and semantics as ops_gauge_minutes with hour = toStartOfHour(minute): sums of
 -- the minutes' sums, so a whole hour gives the same ratios (value_sum / scrapes, value_sum / points)
 -- as its minutes. Filled on insert from the minute rows (a materialized view on ops_gauge_minutes:

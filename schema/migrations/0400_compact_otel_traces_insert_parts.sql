@@ -1,5 +1,5 @@
 -- Insert parts of otel_traces written as Compact parts (one data file for every column) instead of
--- Wide ones (a .bin and a mark file per column and per Map / Nested subcolumn): issue 18 item 1.
+-- Wide ones (a .bin and a mark file per column and per Map / Nested subcolumn): ingest CPU.
 -- The receiver's writer caps one insert at 16 MiB of OTLP protobuf (INFERCOST_BATCH_CAP_BYTES,
 -- ~26k vLLM spans), which makes an otel_traces part of ~11.6 MB uncompressed: just above
 -- ClickHouse's default min_bytes_for_wide_part (10 MiB), so every insert under load wrote a Wide

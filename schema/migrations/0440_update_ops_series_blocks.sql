@@ -1,4 +1,4 @@
--- The live series' blocks (migration 0360), issue 18: a fingerprint background merges keep, and the
+-- The live series' blocks (migration 0360): a fingerprint background merges keep, and the
 -- rollup step bounded to the buckets that can have changed.
 --
 -- * fp_output_tokens: 0360's fingerprint was (count of the bucket's rows of ops_engine_hours, summed

@@ -1,7 +1,9 @@
 """Numbered ``.sql`` migrations, applied in order and recorded in ``schema_migrations``.
 
-Files are ``schema/migrations/NNNN_<verb>_<object>.sql``; never edit one that has shipped, add
-the next number instead. Statements are separated by ``;`` at the end of a line. The only
+Files are ``schema/migrations/NNNN_<verb>_<object>.sql``. ``1000``-``1008`` are the schema baseline:
+every table and view as it stands, one file per table family (spans, calls, cost configuration, cost
+tables, cost jobs, the periodic chain, ops rollups, alerts, planner). Never edit one that has shipped:
+a later change is the next number. Statements are separated by ``;`` at the end of a line. The only
 template value is ``{{retention_days}}`` (an integer, validated), since TTLs cannot be bound
 parameters. Applying twice changes nothing: applied versions are skipped and the DDL itself uses
 ``IF NOT EXISTS``.
@@ -22,6 +24,11 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+# The first version of the schema baseline: the tables and views as they stand, one file per table family.
+# The history before it was squashed into it (no store needed upgrading yet); later changes are
+# migrations numbered after the baseline.
+BASELINE_VERSION = 1000
 
 _VERSION_TABLE_DDL = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -73,7 +80,7 @@ def applied_versions(store: Store) -> set[int]:
 
 
 def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS_DIR, progress=None,
-            until: int | None = None) -> list[str]:
+            until: int | None = None, write_out: bool = True) -> list[str]:
     """Apply every pending migration in order.
 
     Args:
@@ -83,10 +90,10 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         progress: optional callable(str) told about each applied file.
         until: apply only versions up to this number (benchmarks compare a schema before and after
             a migration); None = all.
-
-    Then (without ``until``) the periodic cost chain's views get their job views written out
-    (:func:`schema.jobs.periodic.write_out`: ~0.7 s on a new store; when no migration was applied, it
-    first checks the views' marks: a whole ``migrate`` of an up-to-date store takes 23-31 ms).
+        write_out: after the last migration, give the periodic cost chain's views the queries of
+            ``schema/jobs/written/`` (:func:`schema.jobs.periodic.write_out`; when no migration was
+            applied, it first compares the views' marks with the files). Only the generator of those
+            files (:mod:`schema.jobs.writeout`) passes False.
 
     Returns:
         Names of the migrations applied now (empty when up to date).
@@ -97,6 +104,12 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
     if int(retention_days) <= 0:
         raise MigrationError(f"retention_days must be > 0, got {retention_days}")
     done = applied_versions(store)
+    known = {m.version for m in discover(directory)}
+    if done and min(done) < BASELINE_VERSION <= min(known):
+        raise MigrationError(
+            f"this store was made by an infercost older than its schema baseline (migration {min(done):04d} is "
+            f"recorded in {store.database}.schema_migrations): its schema cannot be upgraded. Start a new store "
+            f"(`infercost demo --reset`, or another INFERCOST_STORE / database) and re-send or backfill the data")
     applied = []
     for migration in discover(directory):
         if migration.version in done or (until is not None and migration.version > until):
@@ -114,12 +127,12 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         applied.append(migration.name)
         if progress:
             progress(migration.name)
-    if until is None:
-        # after the last migration only: the chain's views as it left them, its job views written out;
-        # with no migration applied now, the marks of the last write-out are checked first
-        from schema.jobs.periodic import write_out
+    if until is None and write_out:
+        # after the last migration only: the chain's views get the written-out queries; with no
+        # migration applied now, the marks of the last write-out are checked first
+        from schema.jobs import periodic
 
-        write_out(store, quick=not applied)
+        periodic.write_out(store, quick=not applied)
     return applied
 
 
@@ -153,13 +166,17 @@ _RETENTION_TTL = re.compile(r"^(?P<expr>.+?)\s*\+\s*toIntervalDay\((?P<days>\d+)
 
 def retention_tables(directory: Path = MIGRATIONS_DIR) -> list[str]:
     """Tables whose TTL the migrations set from ``{{retention_days}}`` (raw spans, metric points, the
-    cost tables and rollups), in migration order; the scratch tables' fixed TTLs are not among them."""
+    cost tables and rollups), in migration order; the scratch tables' fixed TTLs and the periodic
+    chain's ``*_live`` tables are not among them."""
     names: list[str] = []
     for migration in discover(directory):
         text = migration.path.read_text()
         for part in split_statements(text):
             match = _CREATE_NAME.search(part)
-            if match and "{{retention_days}}" in part and match.group(1) not in names:
+            # a *_live table is replaced wholesale by the periodic chain every minute (an ALTER of its TTL
+            # would not outlast the next refresh) and holds only the trailing window anyway
+            if (match and "{{retention_days}}" in part and match.group(1) not in names
+                    and not match.group(1).endswith("_live")):
                 names.append(match.group(1))
     return names
 

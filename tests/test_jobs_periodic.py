@@ -1,26 +1,27 @@
 """The periodic chain's refreshable views with their job views written out (schema.jobs.periodic).
 
-After the migrations each chain view that called a job view runs the view's query in place (planned in
-about half the time); these tests hold that it does, that it gives the rows the call gives on the same
-inputs, and that a later change of a job view or of a chain view's call is written out again. The chain's
-own figures, hand-computed, are tests/test_cost_refresh.py's (they run the written-out chain).
+After the migrations each chain view that calls a job view runs the view's query in place (planned in
+about half the time), as written in ``schema/jobs/written/``; these tests hold that it does, that it gives
+the rows the call gives on the same inputs, and that a view that lost its query gets it again. The
+chain's own figures, hand-computed, are tests/test_cost_refresh.py's (they run the written-out chain).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
 
 from schema import jobs
-from schema.jobs import periodic
-from schema.migrate import MIGRATIONS_DIR, migrate
+from schema.jobs import periodic, writeout
+from schema.migrate import migrate
 from schema.store_errors import StoreQueryError
 from tests import test_cost_support as support
 from tests.test_cost_support import Spans, clear_of_the_schedule, fleet_yaml, metrics_up, sync
 
-# the seven steps that run a job view (migrations 0014, 0064, 0240)
+# the seven steps that run a job view (schema/migrations/1005_baseline_cost_chain.sql)
 WRITTEN_OUT = {"cost_resolved_calls_mv": "job_resolved_calls", "cost_engine_counters_mv": "job_engine_counters",
                "cost_replica_gauges_mv": "job_replica_gauges", "cost_reconciliation_mv": "job_reconciliation",
                "cost_call_costs_mv": "job_call_costs", "cost_replica_minutes_mv": "job_replica_minutes",
@@ -35,26 +36,45 @@ def _chain(store) -> dict[str, tuple[str, str]]:
     return {name: (query, comment) for name, query, comment in rows}
 
 
-def _call(comment: str) -> str:
-    assert comment.startswith("infercost: written out from "), comment
-    return comment[len("infercost: written out from "):].rpartition(" | sha256 ")[0]
+def _calls() -> dict[str, str]:
+    """Each chain view's query as migration 1005 writes it (the call of its job view), from a store
+    migrated without the written-out queries; database names removed."""
+    from tests.conftest import drop_store, new_store
+
+    store = new_store(migrated=False)
+    try:
+        migrate(store, retention_days=3650, write_out=False)
+        return {name: query.replace(f"{store.database}.", "") for name, (query, _) in _chain(store).items()}
+    finally:
+        drop_store(store)
 
 
-def test_migrate_writes_out_every_chain_view_that_calls_a_job_view(store):
+def test_migrate_gives_every_chain_view_that_calls_a_job_view_its_written_out_query(store):
     chain = _chain(store)
+    calls = _calls()
     assert set(WRITTEN_OUT) < set(chain)
+    files = periodic.chain_queries()
+    assert set(files) == set(WRITTEN_OUT)
     for name, view in WRITTEN_OUT.items():
         query, comment = chain[name]
         assert not CALL.search(query), name  # no job view is called any more ...
         assert not re.search(r"\w+_runs\b", query), name  # ... nor the explicit runner's scratch tables read
-        assert re.fullmatch(rf"SELECT \* FROM {view}\(ws = \(SELECT max\(ws\) FROM \w+\.job_clock\), we = .*\)",
-                            _call(comment)), comment
+        assert re.fullmatch(rf"SELECT \* FROM {view}\(ws = \(SELECT max\(ws\) FROM job_clock\), we = .*\)",
+                            calls[name]), calls[name]
+        digest = hashlib.sha256(files[name].encode()).hexdigest()
+        assert comment == f"infercost: written out from schema/jobs/written/{name}.sql | sha256 {digest}"
     # the other five (copies, watermark, clock) are as the migrations wrote them
     for name in set(chain) - set(WRITTEN_OUT):
-        assert chain[name][1] == "", name
+        assert chain[name][1] == "" and chain[name][0].replace(f"{store.database}.", "") == calls[name], name
     # up to date: nothing to write, and migrating again changes nothing
     assert periodic.write_out(store) == []
     assert migrate(store, retention_days=3650) == [] and _chain(store) == chain
+
+
+def test_the_written_files_are_what_the_generator_writes_now():
+    """schema/jobs/written/ is generated from the migrations and schema/jobs/*.sql: stale files would run
+    yesterday's cost model. Fix with `make written-sql`."""
+    assert writeout.stale() == []
 
 
 def _scenario(store, monkeypatch) -> datetime:
@@ -92,34 +112,20 @@ def test_written_out_views_give_the_rows_of_their_job_views(store, monkeypatch):
     _scenario(store, monkeypatch)
     assert store.scalar("SELECT count() FROM call_costs_live WHERE category = 'retry_waste'", tag="test") == 1
     assert store.scalar("SELECT count() FROM reconciliation_live WHERE gap_work > 0", tag="test") > 0
-    chain = _chain(store)
+    chain, calls = _chain(store), _calls()
     for name in WRITTEN_OUT:  # each step on the inputs the run left (the live tables before it)
-        query, comment = chain[name]
-        written, called = _rows(store, query), _rows(store, _call(comment))
+        written, called = _rows(store, chain[name][0]), _rows(store, calls[name])
         assert len(written) > 0, name
         pd.testing.assert_frame_equal(written, called, check_exact=False, rtol=1e-12, obj=name)
 
 
-def test_a_replaced_job_view_or_a_call_put_back_is_written_out_again(store):
-    before = _chain(store)
-    # a later migration replaces a job view (here: its query with one more column in its first SELECT)
-    query = store.scalar("SELECT as_select FROM system.tables WHERE database = currentDatabase() "
-                         "AND name = 'job_engine_counters'", tag="test")
-    store.command("CREATE OR REPLACE VIEW job_engine_counters AS "
-                  + query.replace("SELECT ", "SELECT 1 AS probe_column, ", 1), tag="test")
-    # ... and the chain view that runs it, and the one whose view reads it (resolution expands the counters)
-    changed = ["cost_engine_counters_mv", "cost_resolved_calls_mv"]
-    assert periodic.write_out(store) == changed
+def test_a_chain_view_that_lost_its_written_out_query_gets_it_again(store):
     after = _chain(store)
-    assert all("probe_column" in after[name][0] for name in changed)
-    # the others keep their queries and digests; their marks take the new inputs key (a new UUID)
-    for name in set(after) - set(changed):
-        assert after[name][0] == before[name][0], name
-        assert after[name][1].partition(" | inputs ")[0] == before[name][1].partition(" | inputs ")[0], name
-    # a later migration puts a call back (ALTER TABLE ... MODIFY QUERY): written out from the new call
-    call = _call(after["cost_tasks_mv"][1])
-    store.command(f"ALTER TABLE cost_tasks_mv MODIFY QUERY {call}", tag="test")
+    calls = _calls()
+    # a later migration puts the call back (ALTER TABLE ... MODIFY QUERY), or a store was altered by hand
+    store.command(f"ALTER TABLE cost_tasks_mv MODIFY QUERY {calls['cost_tasks_mv']}", tag="test")
     assert CALL.search(_chain(store)["cost_tasks_mv"][0])
+    store.command("ALTER TABLE cost_tasks_mv MODIFY COMMENT ''", tag="test")
     assert periodic.write_out(store) == ["cost_tasks_mv"]
     assert _chain(store)["cost_tasks_mv"] == after["cost_tasks_mv"]
     assert periodic.write_out(store) == []
@@ -128,16 +134,16 @@ def test_a_replaced_job_view_or_a_call_put_back_is_written_out_again(store):
 def test_periodic_query_leaves_other_forms_alone():
     queries = {"job_tasks": "WITH {ws:DateTime} AS ws, {we:DateTime} AS we SELECT ws, we"}
     clock = "(SELECT max(ws) FROM db.job_clock)"
-    assert periodic.periodic_query("SELECT * FROM tasks_live", queries) is None
-    assert periodic.periodic_query(f"SELECT * FROM job_other(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
+    assert writeout.periodic_query("SELECT * FROM tasks_live", queries) is None
+    assert writeout.periodic_query(f"SELECT * FROM job_other(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
                                    queries) is None  # no stored query for it
-    assert periodic.periodic_query("SELECT * FROM job_tasks(ws = now(), we = now())", queries) is None
-    text = periodic.periodic_query(f"SELECT * FROM job_tasks(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
+    assert writeout.periodic_query("SELECT * FROM job_tasks(ws = now(), we = now())", queries) is None
+    text = writeout.periodic_query(f"SELECT * FROM job_tasks(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
                                    queries)
     assert text == ("SELECT * FROM (WITH CAST((SELECT max(jc.ws) FROM db.job_clock AS jc) AS DateTime) AS ws, "
                     "CAST((SELECT max(jc.we) FROM db.job_clock AS jc) AS DateTime) AS we SELECT ws, we)")
     # a parameter the chain does not bind leaves the view called
-    assert periodic.periodic_query(f"SELECT * FROM job_tasks(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
+    assert writeout.periodic_query(f"SELECT * FROM job_tasks(ws = {clock}, we = (SELECT max(we) FROM db.job_clock))",
                                    {"job_tasks": "SELECT {ws:DateTime}, {other:String}"}) is None
 
 
@@ -158,7 +164,7 @@ def test_a_refused_alter_leaves_that_view_calling_its_job_view(monkeypatch, capl
         chain = _chain(store)
         assert CALL.search(chain["cost_tasks_mv"][0]) and chain["cost_tasks_mv"][1] == ""
         assert sum(not CALL.search(q) for name, (q, _) in chain.items() if name in WRITTEN_OUT) == 6
-        assert "could not write out cost_tasks_mv" in caplog.text
+        assert "could not give cost_tasks_mv its written-out query" in caplog.text
         monkeypatch.setattr(store, "command", real)
         assert periodic.write_out(store) == ["cost_tasks_mv"]  # the next migrate tries again
     finally:
@@ -178,33 +184,8 @@ def _reads(store, monkeypatch) -> list[str]:
     return sent
 
 
-def test_a_written_out_chain_is_found_so_from_its_marks_alone(store, monkeypatch, tmp_path):
-    # each mark records the key of its inputs and how many views were written out with it
-    marks = [comment.partition(" | inputs ")[2] for _, comment in _chain(store).values() if comment]
-    assert len(marks) == len(WRITTEN_OUT) and len(set(marks)) == 1
-    assert re.fullmatch(rf"[0-9a-f]{{64}} of {len(WRITTEN_OUT)}", marks[0])
+def test_an_up_to_date_chain_is_found_so_from_its_marks_alone(store, monkeypatch):
     sent = _reads(store, monkeypatch)
-    # a process start: no migration to apply, the marks and the job views' UUIDs only (no stored query read)
+    # a process start: no migration to apply, the chain views' comments only (no stored query read)
     assert migrate(store, retention_days=3650) == []
-    assert periodic.write_out(store, quick=True) == []
     assert sent and not any("as_select" in text for text in sent), sent
-    chain = _chain(store)
-    # a replaced job view has a new UUID: the quick check sees it, the two steps that read it are rewritten
-    query = store.scalar("SELECT as_select FROM system.tables WHERE database = currentDatabase() "
-                         "AND name = 'job_engine_counters'", tag="test")
-    store.command("CREATE OR REPLACE VIEW job_engine_counters AS "
-                  + query.replace("SELECT ", "SELECT 1 AS probe_column, ", 1), tag="test")
-    assert periodic.write_out(store, quick=True) == ["cost_engine_counters_mv", "cost_resolved_calls_mv"]
-    assert periodic.write_out(store, quick=True) == []
-    # a view whose first ALTER failed (its call, no mark): one mark short of the number recorded
-    call = _call(chain["cost_tasks_mv"][1])
-    store.command(f"ALTER TABLE cost_tasks_mv MODIFY COMMENT '', MODIFY QUERY {call}", tag="test")
-    assert periodic.write_out(store, quick=True) == ["cost_tasks_mv"]
-    # a migration that puts a call back under the old comment: migrate reads the queries after it
-    directory = tmp_path / "migrations"
-    directory.mkdir()
-    for path in MIGRATIONS_DIR.glob("*.sql"):
-        (directory / path.name).write_text(path.read_text())
-    (directory / "9990_restore_tasks_call.sql").write_text(f"ALTER TABLE cost_tasks_mv MODIFY QUERY {call};\n")
-    assert migrate(store, retention_days=3650, directory=directory) == ["9990_restore_tasks_call.sql"]
-    assert not CALL.search(_chain(store)["cost_tasks_mv"][0])

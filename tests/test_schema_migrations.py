@@ -149,3 +149,25 @@ def test_migrate_command_applies_the_retention_and_the_service_reports_a_mismatc
 
     assert table_retention_days(store) == 90
     held.command("DROP DATABASE retention_cli", tag="t")
+
+
+def test_a_store_from_before_the_baseline_is_refused_with_what_to_do(empty_store):
+    """A store whose history predates the baseline would get the baseline's tables on top of its own:
+    migrate refuses and says how to start over, applying nothing."""
+    from schema.migrate import applied_versions
+
+    applied_versions(empty_store)  # creates schema_migrations
+    empty_store.insert("schema_migrations", [[540, "0540_derive_tasks_from_standard_spans.sql", "x"]],
+                       ["version", "name", "checksum"], tag="test")
+    with pytest.raises(MigrationError) as err:
+        migrate(empty_store)
+    message = str(err.value)
+    assert "older than its schema baseline" in message and "migration 0540" in message
+    assert "infercost demo --reset" in message
+    tables = empty_store.query("SELECT name FROM system.tables WHERE database = {db:String}",
+                               {"db": empty_store.database}, tag="t").result_rows
+    assert tables == [("schema_migrations",)]
+
+
+def test_the_baseline_is_the_first_migration():
+    assert [m.version for m in discover()][:9] == list(range(1000, 1009))

@@ -1,29 +1,30 @@
 """The cost jobs' runner: explicit windows (tests, backfills) and a nudge for the periodic chain.
 
 Position in the flow: serving -> collectors -> **schema** -> app/alerts. The jobs themselves are
-SQL: one parameterized view per job in ``schema/migrations/0013_create_cost_job_views.sql``
-(``job_call_costs``, ``job_replica_minutes``, ``job_tasks`` over a window ``[ws, we)`` of whole
-UTC minutes). Two runners call the same views:
+SQL: one parameterized view per job step in ``schema/migrations/1004_baseline_cost_jobs.sql``
+(``job_resolved_calls`` ... ``job_tasks`` over a window ``[ws, we)`` of whole UTC minutes;
+schema/jobs/README.md walks one call through them). Two runners run the same views:
 
-* **Periodic** — refreshable materialized views (``0014``) that a ClickHouse server, or the
-  embedded engine inside ``infercost up``, runs every minute with no help from this module. They
-  recompute a trailing window (``cost_settings.job_window_s``, default 2 h) into ``*_live``
-  (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave it
-  into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
+* **Periodic** — refreshable materialized views (``1005_baseline_cost_chain.sql``) that a ClickHouse
+  server, or the embedded engine inside ``infercost up``, runs every minute with no help from this
+  module. They recompute a trailing window (``cost_settings.job_window_s``, default 2 h) into
+  ``*_live`` (replaced atomically each run, so late spans are absorbed) and copy minutes about to leave
+  it into ``*_history``. Readers use the views ``call_costs``, ``replica_minutes`` and ``tasks``:
   history below ``cost_watermark``, live from it on. The steps that call a job view run its query
-  written out (:mod:`schema.jobs.periodic`, after every migrate: the same rows, planned in less time).
+  written out (``schema/jobs/written/cost_*_mv.sql``, given to the views after every migrate by
+  :mod:`schema.jobs.periodic`: the same rows, planned in less time).
 * **Explicit** — :func:`run_jobs` (this module): for ``[start, end)``, in chunks of a day (cut at
   whole hours where a day holds more than ``DEFAULT_MAX_CHUNK_CALLS`` calls), it
   replaces the history rows of each chunk with the job views' output and raises the watermark to
   the chunk's end; two workers run the steps that do not depend on each other at once
-  (:mod:`schema.jobs.schedule`). Its statements read the views' stored queries written out in place
-  of the views (:mod:`schema.jobs.inline`: the same rows, planned in about half the time).
+  (:mod:`schema.jobs.schedule`). Each step is one file of ``schema/jobs/``; the ones that read a job
+  view run as ``schema/jobs/written/run_*.sql``, the views written out (``make written-sql``).
   Deterministic (``end`` is the "now" of abandonment), so tests use it; the backfill
   ``infercost cost --recompute --since 30d`` uses it after a price change.
 
 Both are idempotent: running a window twice gives the same rows. A delete + insert is not atomic:
 during a backfill a reader can briefly see a window without rows. No step waits on a mutation:
-history rows are deleted as patch parts and scratch rows by partition (migration 0110).
+history rows are deleted as patch parts and scratch rows by partition.
 """
 
 from __future__ import annotations
@@ -35,15 +36,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from schema.jobs.inline import explicit_queries, inline_views, view_ids, view_queries
 from schema.jobs.schedule import Chunk, Task, plan, run_plan
 from schema.jobs.series import SERIES_BLOCKS_S, roll_up_series  # noqa: F401 - the API
 from schema.jobs.sqlfiles import JOBS_DIR, split_statements, sql_statements  # noqa: F401 - the API
 
 log = logging.getLogger(__name__)
 
-# The periodic chain's steps in an order its DEPENDS ON graph allows (migrations 0014, 0240; 0510 lets
-# the steps that read nothing of each other run side by side: schema/jobs/refresh.sql).
+# The periodic chain's steps in an order its DEPENDS ON graph allows (steps that read nothing of each
+# other run side by side: schema/jobs/refresh.sql).
 REFRESH_VIEWS = (
     "cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv", "cost_copy_tasks_mv", "cost_watermark_mv",
     "cost_clock_mv", "cost_resolved_calls_mv", "cost_engine_counters_mv", "cost_replica_gauges_mv",
@@ -203,10 +203,9 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     chunks = [Chunk(i, ws, we, base_id + i) for i, (ws, we) in enumerate(windows)]
     tasks = plan(chunks)
     lock = threading.Lock()
-    # each statement with the job views it reads written out: planned in about half the time
-    # (schema/jobs/inline.py); the views' queries as the store holds them now, without the arms over
-    # the periodic chain's tables (no row for an explicit run)
-    texts = _statement_texts(store, {name for task in tasks for name in task.files})
+    # each statement with the job views it reads written out (schema/jobs/written/): planned in about
+    # half the time of a statement that reads the views
+    texts = _statement_texts({name for task in tasks for name in task.files})
 
     def execute(client, task: Task) -> None:
         c = task.chunk
@@ -233,40 +232,13 @@ def run_jobs(store, *, start: datetime | None = None, end: datetime | None = Non
     return result
 
 
-# The runner's statements written out (_statement_texts), one entry per (view UUIDs, .sql texts).
-_TEXTS: dict[tuple, dict[str, list[str]]] = {}
-_TEXTS_LOCK = threading.Lock()
-_TEXTS_MAX = 16  # distinct (definitions, files) held per process; cleared whole when full
-
-
-def _statement_texts(store, names: set[str]) -> dict[str, list[str]]:
-    """The statements of the ``.sql`` files ``names`` with the job views written out
-    (:func:`schema.jobs.inline.inline_views` of :func:`~schema.jobs.inline.explicit_queries`), kept in one
-    cache per process keyed by what decides them: the views' table UUIDs
-    (:func:`~schema.jobs.inline.view_ids`, one ~8 ms query a run) and the texts of the files (``names``
-    and ``job_views.sql``, read each run: ~0.1 ms). A hit reads no stored query and writes nothing out
-    (reading and formatting the stored queries 37-83 ms, writing them in ~19 ms a run on chDB's engine
-    26.9). Without UUIDs (an Ordinary database) nothing is kept.
-
-    Returns:
-        file name -> its statements; do not modify (shared between runs).
-    """
-    views_sql = (JOBS_DIR / "job_views.sql").read_text()
-    sources = tuple(sorted((name, (JOBS_DIR / f"{name}.sql").read_text()) for name in names))
-    ids = view_ids(store, (JOBS_DIR / "job_view_ids.sql").read_text())
-    key = None if ids is None else (ids, views_sql, sources)
-    if key is not None:
-        with _TEXTS_LOCK:
-            texts = _TEXTS.get(key)
-        if texts is not None:
-            return texts
-    queries = explicit_queries(view_queries(store, views_sql))
-    texts = {name: [inline_views(statement, queries) for statement in split_statements(text)] for name, text in sources}
-    if key is not None:
-        with _TEXTS_LOCK:
-            if len(_TEXTS) >= _TEXTS_MAX:
-                _TEXTS.clear()
-            _TEXTS[key] = texts
+def _statement_texts(names: set[str]) -> dict[str, list[str]]:
+    """The statements of the ``.sql`` files ``names`` as they run: ``schema/jobs/written/<name>.sql``
+    (the job views they read written out, :mod:`schema.jobs.writeout`) where there is one, else the file."""
+    texts = {}
+    for name in names:
+        written = JOBS_DIR / "written" / f"{name}.sql"
+        texts[name] = sql_statements(written if written.is_file() else JOBS_DIR / f"{name}.sql")
     return texts
 
 

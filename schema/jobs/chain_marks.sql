@@ -1,4 +1,5 @@
--- The comments of the periodic chain's refreshable views (their write-out marks), read by
--- schema.jobs.periodic.write_out(quick=True) to tell whether the chain is written out already.
-SELECT comment FROM system.tables
+-- The periodic chain's refreshable views with their comments (the mark of the written-out query each
+-- holds), read by schema.jobs.periodic.write_out after every migrate.
+SELECT name, comment FROM system.tables
 WHERE database = currentDatabase() AND engine = 'MaterializedView' AND startsWith(name, 'cost_') AND endsWith(name, '_mv')
+ORDER BY name

@@ -1,5 +1,5 @@
--- The periodic chain's refreshable views (migrations 0014, 0064, 0240) with their stored queries and
--- comments, read by schema.jobs.periodic.write_out after the migrations.
+-- The periodic chain's refreshable views with their stored queries and comments, read by the generator
+-- of schema/jobs/written/ (schema.jobs.writeout) from a store migrated without the written-out queries.
 SELECT name, as_select, comment FROM system.tables
 WHERE database = currentDatabase() AND engine = 'MaterializedView' AND startsWith(name, 'cost_') AND endsWith(name, '_mv')
 ORDER BY name

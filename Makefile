@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-vllm test-faults test-bare-clone setup system-deps clean
+.PHONY: demo test test-vllm test-faults test-bare-clone written-sql setup system-deps clean
 
 demo: setup
 	$(BIN)/infercost demo $(ARGS)
@@ -30,6 +30,11 @@ test-faults: setup
 # `infercost demo --duration 1m` from another directory and the workload tests from the copy.
 test-bare-clone:
 	PY=$(PY) bash .ci/bare-clone
+
+# The cost jobs' statements with the job views written out (schema/jobs/written/): run after changing a
+# job view (schema/migrations) or a step (schema/jobs/*.sql), and commit the files; a test fails when stale.
+written-sql: setup
+	$(BIN)/python -m schema.jobs.writeout
 
 setup: $(STAMP)
 

@@ -1,6 +1,6 @@
 """The evaluator's lifecycle state as plain JSON, so evaluation resumes exactly where it stopped.
 
-Saved in the ``alerts_state`` table (migration 0100) after every recorded evaluation, loaded by a
+Saved in the ``alerts_state`` table (migration 1007) after every recorded evaluation, loaded by a
 (re)starting service and by ``infercost alerts --once``: every active alert with its clear countdown
 (``clear_since``), no-data time, onset figures (frozen baselines), notification status; the frozen
 retry baseline; the receiver's last rejection count; and the time evaluated up to. A replay through

@@ -18,7 +18,7 @@ def bucket_for(range_s: float, points: int = 90) -> int:
 
 def series_bucket(range_s: float) -> int:
     """The live page's series bucket: :func:`bucket_for`, in whole hours from 12 h ranges up, so
-    wide ranges read the hourly pre-aggregation (schema/queries/ops.py, migration 0051)."""
+    wide ranges read the hourly pre-aggregation (schema/queries/ops.py, migration 1006)."""
     bucket = bucket_for(range_s)
     if range_s >= 12 * 3600:
         bucket = max(3600, -(-bucket // 3600) * 3600)

@@ -86,7 +86,7 @@ def run_cost(store, days: int, cost_hours: float) -> None:
 
 
 def roll_up_pending(store) -> None:
-    """Roll up the cost tables' hours a store built before the hourly rollups (migration 0170) has."""
+    """Roll up the cost tables' hours a store built before the hourly rollups (migration 1003) has."""
     from schema.jobs import roll_up_pending as pending
 
     t = time.perf_counter()

@@ -1,8 +1,7 @@
 """OTLP span ingest throughput into the embedded store (chDB on a temporary directory).
 
 Run: ``.venv/bin/python benchmarks/bench_ingest.py [--spans 102400] [--naive-spans 20480] [--clients 2]``
-(``--e2e-only``: the end-to-end rounds alone: receiver CPU and memory)
-and ``.venv/bin/python benchmarks/bench_ingest.py --dedup-cost [--reps 12]`` for the once-only cost alone.
+(``--e2e-only``: the end-to-end rounds alone: receiver CPU and memory).
 
 Measured in one run, on the same engine, each into a freshly migrated database:
 
@@ -27,7 +26,7 @@ Measured in one run, on the same engine, each into a freshly migrated database:
    10,240 rows;
 4. **duplicates**: after (2), the same spans delivered again, batched differently (a quarter of the
    batch size, in reverse order), as exporter retries and spool replays do; the store must drop
-   every one (migration 0090: ``otel_traces`` keeps its count) — timed like (2).
+   every one (migration 1000: ``otel_traces`` keeps its count) — timed like (2).
 
 5. **ClickHouse's own limit** (parse + flatten): the same request bodies, in the same batches as
    (2), inserted into ``otlp_traces_in`` of a database whose span chain is cut right after the
@@ -54,14 +53,8 @@ per insert of each and the difference to the first.
 (as migrated, without the views on ``otel_traces``, the limit, parse alone) at each insert size
 (:func:`bench_chain`).
 
-``--dedup-cost`` measures what the once-only step (migration 0090: dedup before ``otel_traces``, key
-table, block-deduplication windows, insert tokens) costs: two databases on one engine, one migrated
-up to 0089 and one fully, receive the same kind of batches (new spans each time, 10,240 per insert
-by default: ``--batch-requests``,
-with the writer's token settings on the second) alternately, ``--reps`` times each, with the cost
-jobs and background merges stopped (so the process's CPU time is the inserts'); it prints the
-median CPU-seconds per insert of each and their ratio (interleaving cancels the drift of a shared
-machine's load).
+The once-only step's own cost (dedup before ``otel_traces``) was measured against the schema without it
+(benchmarks/README.md); that schema is no longer in the tree.
 
 Prints spans/s (wall clock) for each and the ratio of (1) and (2) to (3), and spans per CPU-second
 of the process running the embedded ClickHouse (the HTTP clients' CPU is excluded and shown apart),
@@ -427,43 +420,6 @@ def bench_naive(engine_dir: str, bodies: list[bytes]) -> float:
     return total / elapsed
 
 
-def bench_dedup_cost(engine_dir: str, reps: int, per_insert_requests: int = 20) -> None:
-    from schema.migrate import migrate
-    from schema.store import connect
-    from collectors.ingest import insert_trace_payloads
-
-    before = connect(f"chdb://{engine_dir}", "bench_before")
-    migrate(before, retention_days=3650, until=89)
-    after = connect(f"chdb://{engine_dir}", "bench_after")
-    migrate(after, retention_days=3650)
-    from schema import jobs
-
-    for store in (before, after):  # nothing in the background: process CPU = the inserts' CPU
-        jobs.stop(store)
-    before.command("SYSTEM STOP MERGES", tag="bench.merges")
-    batches = [make_requests(per_insert_requests, seed=k) for k in range(2 * reps)]
-    token = {"deduplicate_blocks_in_dependent_materialized_views": 1}
-    cpu = {"before": [], "after": []}
-    for rep in range(reps):
-        order = [("before", before, None), ("after", after, token)]
-        if rep % 2:
-            order.reverse()
-        for i, (name, store, settings) in enumerate(order):
-            payloads = batches[2 * rep + i]
-            extra = dict(settings, insert_deduplication_token=f"bench:{rep}") if settings else None
-            c0 = time.process_time()
-            insert_trace_payloads(store, payloads, settings=extra)
-            cpu[name].append(time.process_time() - c0)
-    spans = per_insert_requests * SPANS_PER_REQUEST
-    for name, store in (("before", before), ("after", after)):
-        assert store.scalar("SELECT count() FROM otel_traces", tag="bench.count") == reps * spans
-    med = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
-    print(f"  once-only cost, {reps} inserts of {spans} spans each into either schema, interleaved:")
-    print(f"    before 0090: median {med['before']:.3f} CPU-s per insert ({spans / med['before']:,.0f} spans/CPU-s)")
-    print(f"    after 0090 : median {med['after']:.3f} CPU-s per insert ({spans / med['after']:,.0f} spans/CPU-s)")
-    print(f"    ratio after/before: {med['after'] / med['before']:.2f}")
-
-
 def bench_drain(engine_dir: str, bodies: list[bytes], in_flight: list[str], rounds: int) -> None:
     """``--drain``: the batching writer alone, emptying a spool that holds every body (a backlog after
     a store outage, or sustained load: every batch reaches the caps). Per round and per value of
@@ -577,12 +533,13 @@ def variant_stores(engine_dir: str, prefix: str, variants: dict[str, list[str]])
 def bench_breakdown(engine_dir: str, reps: int) -> None:
     from collectors.ingest import insert_trace_payloads
     from schema.migrate import MIGRATIONS_DIR
+    from schema.sqltext import sql_statements
 
-    sql = (MIGRATIONS_DIR / "0062_recreate_llm_calls_mv.sql").read_text()
-    calls_mv = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS llm_calls_mv"):].strip().rstrip(";")
-    sql = (MIGRATIONS_DIR / "0090_dedup_spans.sql").read_text()
-    decoder = sql[sql.index("CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_traces_decode_mv"):
-                  sql.index("DROP VIEW IF EXISTS otlp_traces_in_mv")].strip().rstrip(";")
+    def created(family: str, head: str) -> str:
+        return next(s for s in sql_statements(MIGRATIONS_DIR / family) if s.startswith(head))
+
+    calls_mv = created("1001_baseline_calls.sql", "CREATE MATERIALIZED VIEW IF NOT EXISTS llm_calls_mv")
+    decoder = created("1000_baseline_spans.sql", "CREATE MATERIALIZED VIEW IF NOT EXISTS otlp_traces_decode_mv")
     no_numbers = (decoder.replace("v.value = 'int_value', toString(v.int_value),", "v.value = 'int_value', '',")
                   .replace("v.value = 'double_value', toString(v.double_value),", "v.value = 'double_value', '',"))
     assert no_numbers != decoder, "decoder text changed: update --breakdown"
@@ -617,7 +574,7 @@ def bench_chain(engine_dir: str, reps: int, sizes: list[int]) -> None:
     For each insert size in ``sizes`` (spans; whole requests of 512), inserts alternated over four
     databases of one engine (jobs and merges stopped, the writer's deduplication-token settings):
     as migrated; without the views on ``otel_traces`` (every one the engine lists as depending on it:
-    seven at migration 0400); the limit (chain cut
+    seven at migration 1000); the limit (chain cut
     after the decoder, as in (5)); protobuf parse alone. Prints the median CPU-s per insert of each
     (this process: the engine's threads included) and its paired ratio to as migrated.
     """
@@ -683,10 +640,7 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="only price parts of the insert (see module doc)")
     parser.add_argument("--chain", default="", metavar="SPANS,...",
                         help="only the fixed and per-span cost of one insert along the span chain, at these insert sizes")
-    parser.add_argument("--dedup-cost", action="store_true", help="only measure the once-only step's cost")
-    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --dedup-cost / --breakdown")
-    parser.add_argument("--batch-requests", type=int, default=20,
-                        help=f"requests ({SPANS_PER_REQUEST} spans each) per insert for --dedup-cost")
+    parser.add_argument("--reps", type=int, default=12, help="inserts per schema for --breakdown / --chain")
     args = parser.parse_args()
     if args.chain:
         with tempfile.TemporaryDirectory(prefix="bench-chain-") as engine_dir:
@@ -695,10 +649,6 @@ def main() -> None:
     if args.breakdown:
         with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
             bench_breakdown(engine_dir, args.reps)
-        return
-    if args.dedup_cost:
-        with tempfile.TemporaryDirectory(prefix="bench-ingest-") as engine_dir:
-            bench_dedup_cost(engine_dir, args.reps, args.batch_requests)
         return
     n_requests = max(1, args.spans // SPANS_PER_REQUEST)
     print(f"building {n_requests} requests x {SPANS_PER_REQUEST} spans ...", flush=True)

@@ -12,7 +12,7 @@ Modules (each documents its interface):
   supervised batching writer, and records set aside as unparseable (replayable).
 * ``stats``     — ``ReceiverStats`` and its one mapping to Prometheus metrics.
 * ``otlp_clickhouse.proto`` — the schema ClickHouse decodes OTLP trace requests with
-  (``schema/migrations/0030_create_otlp_traces_ingest.sql``).
+  (``schema/migrations/1000_baseline_spans.sql``).
 
 Data path of a span: HTTP body -> decompress (capped) -> decode + validate (invalid spans named in
 ``partial_success``) -> spool (fsync) -> 200 -> writer batch -> one INSERT of protobuf bytes into

@@ -4,7 +4,7 @@ Position: collectors. No I/O. :func:`prepare_traces` turns a request body (proto
 JSON, already decompressed) into :class:`PreparedTraces`: protobuf bytes that hold only the valid
 spans (the original bytes untouched when every span is valid), the counts and a message naming
 the first problem. The bytes are what the spool stores and what ClickHouse decodes
-(``schema/migrations/0030_create_otlp_traces_ingest.sql``).
+(``schema/migrations/1000_baseline_spans.sql``).
 
 A span is rejected (counted in ``partial_success.rejected_spans``) when:
 

@@ -5,7 +5,7 @@ durable (:meth:`Spool.append` returns only after the whole record is written and
 succeeded; any error raises, and the receiver answers 503 instead of 200). The batching writer
 reads records, inserts them, then advances a cursor (:meth:`Spool.commit`). Records not yet
 committed are replayed after a restart and whenever the store comes back. Delivery into the store
-is at-least-once; the store drops what it already holds (migration 0090, docs/reliability.md).
+is at-least-once; the store drops what it already holds (migration 1000, docs/reliability.md).
 
 Layout of ``<dir>``:
 

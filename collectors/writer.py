@@ -28,7 +28,7 @@ spool's in-flight marker first. The batch is committed (the spool cursor moves p
 every part is stored. A batch with a failed part is retried as the very same batch, split the same
 way, with the same tokens — in this process, or first thing after a restart — so a part already
 stored is skipped table by table and a half-done one completed without doubling anything
-(migration 0090; docs/reliability.md).
+(migration 1000; docs/reliability.md).
 
 Failures (classified by :mod:`schema.store_errors`):
 
@@ -304,7 +304,7 @@ class BatchWriter:
         records quarantined, rows quarantined); (False, _) to retry the whole batch later."""
         start = time.perf_counter()
         # side by side only when no span can be in two parts: concurrent inserts do not see each
-        # other's span keys, so a span in both would be stored twice (migration 0090's once-only step)
+        # other's span keys, so a span in both would be stored twice (migration 1000's once-only step)
         sinks = [self.sink, *self._lanes][:len(parts)] if self._disjoint(parts) else [self.sink]
         if len(parts) > 1:
             log.debug("inserting %d parts (%s bytes) %s", len(parts), [sum(len(r.payload) for r in p) for p in parts],

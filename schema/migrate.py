@@ -109,7 +109,7 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         raise MigrationError(
             f"this store was made by an infercost older than its schema baseline (migration {min(done):04d} is "
             f"recorded in {store.database}.schema_migrations): its schema cannot be upgraded. Start a new store "
-            f"(`infercost demo --reset`, or another INFERCOST_STORE / database) and re-send or backfill the data")
+            f"(`infercost demo --reset`, or another INFERCOST_CLICKHOUSE_URL or INFERCOST_DATABASE) and re-send or backfill the data")
     applied = []
     for migration in discover(directory):
         if migration.version in done or (until is not None and migration.version > until):

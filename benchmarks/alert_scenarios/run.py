@@ -234,7 +234,7 @@ def label_check(store, s: Scenario) -> dict:
 
 
 def _migrate(store, attempts: int = 3) -> None:
-    """Migrate a fresh database, retrying: on a loaded machine migration 0061's ``MODIFY QUERY`` of a
+    """Migrate a fresh database, retrying: on a loaded machine migration 1003's ``MODIFY QUERY`` of a
     refreshable view sometimes meets a refresh in flight and fails; migrations are idempotent."""
     from schema.migrate import MigrationError, migrate
 

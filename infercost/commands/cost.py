@@ -1,6 +1,6 @@
 """``infercost cost``: sync fleet.yaml, run the cost jobs, print the period summary.
 
-Wiring only: the cost model lives in SQL (``schema/migrations/0013``, ``0014``), the runner in
+Wiring only: the cost model lives in SQL (``schema/migrations/0013``, ``1005``), the runner in
 ``schema.jobs``, the summary query in ``schema.queries.cost``.
 """
 

@@ -350,7 +350,7 @@ def recompute_late(store, *, retention_days: int = 30, progress=None) -> list[tu
 
 
 def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT_CHUNK) -> int:
-    """Rewrite the hourly rollups (migration 0170) of every hour ``[start, end)`` touches from the
+    """Rewrite the hourly rollups (migration 1003) of every hour ``[start, end)`` touches from the
     cost tables' history, as :func:`run_jobs` does for each of its chunks (``run_cost_rollup_calls.sql``, ``run_cost_rollup_replicas.sql``,
     ``run_cost_rollup.sql``, ``run_cost_rollup_marks.sql``, ``run_cost_blocks.sql``),
     in chunks of ``chunk``, oldest first. Hours not wholly below the watermark are marked incomplete
@@ -378,7 +378,7 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     hour (within ``retention_days``) to the watermark's hour: the hours the periodic chain copies
     into history (it does not roll up), and a store migrated to 0170 with history already in it.
     Returns the range rolled up (UTC, naive), or None when there was none; then it writes the
-    triangle's blocks (migration 0200) that are due over the retention instead. First, whatever the
+    triangle's blocks (migration 1003) that are due over the retention instead. First, whatever the
     watermark, the live series' blocks (:func:`roll_up_series`) over the retention. ``infercost up``
     calls it every minute (:class:`LateRecompute`)."""
     now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -390,7 +390,7 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     end = mark.replace(minute=0, second=0, microsecond=0)
     first = store.scalar((JOBS_DIR / "rollup_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.rollup")
     if first is None or first.year <= 1970 or first.replace(tzinfo=None) >= end:
-        # every hour rolled up: the triangle's blocks (migration 0200) a store rolled up before
+        # every hour rolled up: the triangle's blocks (migration 1003) a store rolled up before
         # 0200 lacks, or whose hours a run rewrote after the block's rollup step
         if oldest < end:
             params = {"ws": oldest, "we": end, "run_id": time.time_ns()}

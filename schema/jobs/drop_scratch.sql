@@ -1,4 +1,4 @@
--- After an explicit run's chunk: drop its scratch rows (one partition per run_id, migrations 0110, 0240).
+-- After an explicit run's chunk: drop its scratch rows (one partition per run_id, migrations 1003, 1004).
 ALTER TABLE resolved_calls_runs DROP PARTITION {run_id:UInt64};
 ALTER TABLE reconciliation_runs DROP PARTITION {run_id:UInt64};
 ALTER TABLE engine_counters_runs DROP PARTITION {run_id:UInt64};

@@ -1,17 +1,14 @@
-"""The explicit runner's statements with the job views' stored queries in place of the views.
+"""The rules that write the job views out into the statements that call them.
 
-Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
-:func:`schema.jobs.run_jobs` only.
+Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by the generator of
+``schema/jobs/written/`` (:mod:`schema.jobs.writeout`, ``make written-sql``) only: nothing is rewritten
+at run time.
 
 Why: ClickHouse plans a statement that reads a view roughly twice as expensively as the same query
-written out (measured on chDB's engine 26.9: ``SELECT * FROM job_call_costs(...)``
-0.25-0.33 CPU-s of analysis and planning on the calling thread, the view's own query run as the
-statement 0.16-0.19 CPU-s; ``job_resolved_calls`` with the ``job_engine_counters`` it reads,
-0.16-0.23 against 0.09-0.10; the same shape for every job view; benchmarks/README.md). A trailing
-run is almost all planning, so the runner sends each statement with the views it reads replaced by
-their queries. The SQL is still the one the periodic chain runs: the queries are read from the store
-(``system.tables.as_select``, ``job_views.sql``), as the last migration defined them; nothing is
-restated here.
+written out (``SELECT * FROM job_call_costs(...)`` 0.25-0.33 CPU-s of analysis and planning on chDB's
+engine 26.9, the view's own query run as the statement 0.16-0.19 CPU-s; benchmarks/README.md), and a
+trailing run is almost all planning. The queries are the views' own, as the store formats them
+(``system.tables.as_select``, ``job_views.sql``): nothing is restated here.
 
 What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
 
@@ -22,10 +19,9 @@ What is replaced (the rows are the views' rows: ``tests/test_jobs_inline.py``):
 * recursively, inside the inserted queries (``job_replica_minutes`` reads ``job_replica_spend`` and
   ``call_costs``). Anything else is left as written (a view missing from the store stays a view).
 
-:func:`explicit_queries` then drops the arms of those queries an explicit run reads no row from (the
+:func:`explicit_queries` drops the arms of those queries an explicit run reads no row from (the
 periodic chain's ``*_live`` scratch tables; ``call_costs`` read as its history table): fewer reads to
-plan in every statement that reads a scratch table or ``call_costs`` (schema/jobs/README.md, "Without
-the periodic arms").
+plan in every statement that reads a scratch table or ``call_costs``.
 """
 
 from __future__ import annotations
@@ -44,7 +40,7 @@ _CALL = re.compile(r"(?<![\w.`])(?:`?\w+`?\.)?`?(job_\w+)`?"
                    r"\((ws = \{ws:DateTime\}, we = \{we:DateTime\}(?:, run_id = \{run_id:UInt64\})?)\)")
 _PLAIN = {name: re.compile(rf"\b(FROM|JOIN)\s+(?:`?\w+`?\.)?`?{name}`?(?![\w`(])(\s+AS\s+\w+)?") for name in PLAIN_VIEWS}
 _DEPTH = 8  # views inside views: the job views nest two deep
-# A job view's periodic arm over a scratch table and the explicit run's arm after it (migrations 0064,
+# A job view's periodic arm over a scratch table and the explicit run's arm after it (migration 1004,
 # 0180, 0240): `SELECT <columns> FROM <db>.<x>_live WHERE p_run_id = 0 [AND (<condition>)] UNION ALL
 # SELECT <columns'> FROM <db>.<x>_runs WHERE (run_id = p_run_id) ...`. An explicit run's run_id is never
 # 0, so the first arm reads no row; it names the union's columns, so its list goes to the second arm
@@ -52,7 +48,7 @@ _DEPTH = 8  # views inside views: the job views nest two deep
 _LIVE_ARM = re.compile(r"SELECT (?P<live>[\w\s,*]+?) FROM (?P<db>(?:`?\w+`?\.)?)`?(?P<x>\w+)_live`? "
                        r"WHERE (?:\(?p_run_id = 0\)?|\(?\{run_id:UInt64\} = 0\)?)(?: AND \([^()]*\))? UNION ALL "
                        r"SELECT (?P<runs>[\w\s,*]+?(?: EXCEPT \(run_id, written_at\))?) FROM (?P=db)`?(?P=x)_runs`? ")
-# call_costs (migration 0064): history below the watermark, live from it on.
+# call_costs (migration 1004): history below the watermark, live from it on.
 _CALL_COSTS = re.compile(r"^SELECT \* FROM (?P<history>(?:`?\w+`?\.)?`?call_costs_history`?) WHERE minute < "
                          r"\(SELECT max\(watermark\) FROM (?:`?\w+`?\.)?`?cost_watermark`?\) UNION ALL SELECT \* FROM "
                          r"(?:`?\w+`?\.)?`?call_costs_live`? WHERE minute >= "
@@ -126,23 +122,3 @@ def explicit_queries(queries: dict[str, str]) -> dict[str, str]:
         else:
             out[name] = _LIVE_ARM.sub(_runs_arm, query)
     return out
-
-
-_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-
-
-def view_ids(store, ids_sql: str) -> tuple[tuple[str, str], ...] | None:
-    """The table UUIDs of :data:`JOB_VIEWS` and :data:`PLAIN_VIEWS` in ``store``'s database, sorted
-    ``((name, uuid), ...)``, from ``ids_sql`` (``job_view_ids.sql``; ~8 ms on chDB's engine 26.9, against
-    37-83 ms for formatting the stored queries): a view's definition changes only with a new UUID
-    (CREATE OR REPLACE, DROP + CREATE; a View takes no MODIFY QUERY), so the runner keeps what it wrote
-    out of the views while these are the same (:func:`schema.jobs._statement_texts`).
-
-    Returns:
-        The pairs, or None when they identify nothing (no view, or an Ordinary database's zero UUIDs).
-    """
-    rows = store.query(ids_sql, {"names": list(JOB_VIEWS + PLAIN_VIEWS)}, tag="jobs.views").result_rows
-    key = tuple(sorted((str(name), str(uuid)) for name, uuid in rows))
-    if not key or any(uuid == _ZERO_UUID for _, uuid in key):
-        return None
-    return key

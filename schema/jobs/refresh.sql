@@ -1,4 +1,4 @@
--- Run the periodic chain once now, each step after the steps it reads (migration 0510), the steps
+-- Run the periodic chain once now, each step after the steps it reads (migration 1005), the steps
 -- that read nothing of each other side by side: a REFRESH returns at once, a WAIT holds until done.
 SYSTEM REFRESH VIEW cost_copy_call_costs_mv;
 SYSTEM REFRESH VIEW cost_copy_replica_minutes_mv;

@@ -1,4 +1,4 @@
--- The first hour in [oldest, the watermark's hour) without a complete rollup (migration 0170): hours
+-- The first hour in [oldest, the watermark's hour) without a complete rollup (migration 1003): hours
 -- the periodic chain copied into *_history (it does not roll up), or an explicit run that failed.
 -- 1970-01-01 when every hour is rolled up.
 WITH toStartOfHour((SELECT max(watermark) FROM cost_watermark)) AS h1,

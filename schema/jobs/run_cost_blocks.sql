@@ -1,4 +1,4 @@
--- The triangle's 6-hour and 1-day blocks (migration 0200), after the hourly rollups and their marks
+-- The triangle's 6-hour and 1-day blocks (migration 1003), after the hourly rollups and their marks
 -- (run_cost_rollup.sql): every block overlapping [ws, we) with a complete rollup for each of its
 -- hours and no mark naming exactly those hours' current versions (job_triangle_blocks_due) is
 -- written (again) from the hours' rows of those versions: sums, and the exact p99 by merging the

@@ -1,4 +1,4 @@
--- Explicit-window run of the hourly rollups (migration 0170): the task rows, after the chunk's tasks
+-- Explicit-window run of the hourly rollups (migration 1003): the task rows, after the chunk's tasks
 -- (schema/jobs/schedule.py: step *rollup_tasks*), beside the rows run_cost_rollup_calls.sql and
 -- run_cost_rollup_replicas.sql write; run_cost_rollup_marks.sql then marks every hour [ws, we)
 -- touched. Hours wholly below the watermark are summed from *_history and marked complete; a touched

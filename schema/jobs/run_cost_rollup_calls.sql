@@ -1,4 +1,4 @@
--- Explicit-window run of the hourly rollups (migration 0170), first part: the rows that need only the
+-- Explicit-window run of the hourly rollups (migration 1003), first part: the rows that need only the
 -- chunk's call_costs (and the raw engine calls), so they run right after the chunk's cost step, beside
 -- its replica_minutes and tasks (schema/jobs/schedule.py: step *rollup_calls*);
 -- run_cost_rollup_replicas.sql writes the replica rows after replica_minutes, run_cost_rollup.sql the

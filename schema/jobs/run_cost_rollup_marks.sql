@@ -1,4 +1,4 @@
--- Explicit-window run of the hourly rollups (migration 0170), last part: after every row of the chunk
+-- Explicit-window run of the hourly rollups (migration 1003), last part: after every row of the chunk
 -- (run_cost_rollup_calls.sql, run_cost_rollup_replicas.sql, run_cost_rollup.sql), the marks of every
 -- hour [ws, we) touched, as a new version (run_id): until its mark is written a reader keeps the
 -- hour's previous version. Then run_cost_blocks.sql.

@@ -1,4 +1,4 @@
--- Explicit-window run of the hourly rollups (migration 0170): the replica rows, after the chunk's
+-- Explicit-window run of the hourly rollups (migration 1003): the replica rows, after the chunk's
 -- replica_minutes (schema/jobs/schedule.py: step *rollup_replicas*, beside its tasks). As in
 -- run_cost_rollup_calls.sql: every hour [ws, we) touched, a new version (run_id), readable once
 -- run_cost_rollup_marks.sql marks it.

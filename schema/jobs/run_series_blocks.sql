@@ -1,4 +1,4 @@
--- The live series' blocks of {s} seconds (migrations 0360, 0440): every block of [ws, we) whose hours
+-- The live series' blocks of {s} seconds (migration 1006): every block of [ws, we) whose hours
 -- all began before the hour of {we} and whose rows of ops_engine_hours no block row names by their
 -- fingerprint (summed requests and output tokens: sums a merge keeps) yet is written (again) by the
 -- very merge the reader (schema/queries/ops_latency_series_hours.sql) does over a bucket's hours, fleet

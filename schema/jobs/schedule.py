@@ -6,12 +6,12 @@ Position in the flow: serving -> collectors -> **schema** -> app/alerts; used by
 A chunk ``[ws, we)`` of an explicit run is twelve tasks (the ``.sql`` files they run):
 
 * ``inputs`` (``run_inputs``): the chunk's engine counters and gauges into
-  ``engine_counters_runs`` / ``replica_gauges_runs`` (migration 0240). Reads raw telemetry only.
+  ``engine_counters_runs`` / ``replica_gauges_runs`` (migration 1004). Reads raw telemetry only.
 * ``resolve`` (``run_resolve``): the chunk's calls into ``resolved_calls_runs``. Reads raw
   telemetry only, so it runs beside ``inputs``.
 * ``reconcile`` (``run_reconcile``): the resolved calls reconciled with the counters into
   ``reconciliation_runs``, after ``inputs`` and ``resolve``.
-* ``delete`` (``delete_*``): drop the chunk's ``*_history`` rows (patch parts, migration 0110).
+* ``delete`` (``delete_*``): drop the chunk's ``*_history`` rows (patch parts, migration 1003).
 * ``cost`` (``run_call_costs``, ``advance_watermark``): ``call_costs_history`` of the chunk, then
   the watermark to ``we``. Its learned capacity reads ``replica_minutes_history`` of the 7 days
   before ``ws``, so it waits for the previous chunk's ``replica_minutes``.
@@ -22,7 +22,7 @@ A chunk ``[ws, we)`` of an explicit run is twelve tasks (the ``.sql`` files they
   later wait for it, which bounds the scratch rows).
 * ``tasks`` (``run_tasks``): reads ``call_costs`` of the chunk and up to ``task_lookback_s``
   before it (the previous chunk's, done before this chunk's ``cost``).
-* The hourly rollups (migration 0170) of every hour the chunk touched, each file as soon as what it
+* The hourly rollups (migration 1003) of every hour the chunk touched, each file as soon as what it
   reads is written: ``rollup_calls`` (``run_cost_rollup_calls``: calls and the triangle's engine
   calls) after ``cost``, ``rollup_replicas`` (``run_cost_rollup_replicas``) after
   ``replica_minutes``, ``rollup_tasks`` (``run_cost_rollup``: tasks and the triangle's successes)

@@ -1,4 +1,4 @@
-"""The live series' blocks (migrations 0360, 0440): the rollup step that writes them.
+"""The live series' blocks (migration 1006): the rollup step that writes them.
 
 Position in the flow: serving -> collectors -> **schema** -> app/alerts. The live page's 7-day and 30-day
 latency series (schema/queries/ops_latency_series_hours.sql) take a bucket's t-digest quantiles from its
@@ -14,10 +14,10 @@ from datetime import datetime, timedelta, timezone
 
 from schema.jobs.sqlfiles import JOBS_DIR, sql_statements
 
-# The live page's series buckets that get blocks (migration 0360): app.charts.series_bucket of the
+# The live page's series buckets that get blocks (migration 1006): app.charts.series_bucket of the
 # 7-day and the 30-day range, seconds.
 SERIES_BLOCKS_S = (7200, 43200)
-# The next roll_up_series reads the marks (ops_series_marks, migration 0440) from this long before the
+# The next roll_up_series reads the marks (ops_series_marks, migration 1006) from this long before the
 # previous one started: inserts still being written then, and a server's clock ahead of this host's.
 SERIES_MARKS_MARGIN = timedelta(minutes=2)
 _EPOCH = datetime(1970, 1, 1)
@@ -36,7 +36,7 @@ def _interval_start(value: datetime, seconds: int) -> datetime:
 
 
 def roll_up_series(store, *, start: datetime, end: datetime) -> None:
-    """Write the live series' blocks (migrations 0360, 0440) of every size in :data:`SERIES_BLOCKS_S`
+    """Write the live series' blocks (migration 1006) of every size in :data:`SERIES_BLOCKS_S`
     that lie in ``[start, end)`` (UTC, naive; a block counts when all its hours began before the hour
     of ``end``) and that no block row names by the current fingerprint of its rows of
     ``ops_engine_hours`` (summed requests and output tokens, which background merges keep;

@@ -41,7 +41,7 @@ SELECT
     sum(up_fail) AS up_failed
 FROM (
     -- engine and gateway rows in one scan: replica = service.instance.id for engine spans,
-    -- gateway.replica for gateway attempts (llm_calls, migration 0004)
+    -- gateway.replica for gateway attempts (llm_calls, migration 1001)
     SELECT
         replica,
         intDiv(toUnixTimestamp64Milli({now:DateTime64(3, 'UTC')}) - toUnixTimestamp64Milli(end_time),

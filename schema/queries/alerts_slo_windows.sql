@@ -1,5 +1,5 @@
 -- Task outcomes per look-back window (seconds, from windows_s): sums of the per-minute rollup
--- alerts_task_minutes (migration 0041) over minutes of task end in [now - window, now). Exact when
+-- alerts_task_minutes (migration 1007) over minutes of task end in [now - window, now). Exact when
 -- now is on a minute boundary (virtual-time replays); live, the window starts up to one minute late.
 --  tasks; failed = outcome failure or abandoned (task-success SLO);
 --  not_good = not (success and within slo.e2e_ms) (goodput SLO; DESIGN.md: goodput = successful

@@ -1,4 +1,4 @@
--- The newest saved lifecycle state of one evaluator (alerts_state, migration 0100): the time it
+-- The newest saved lifecycle state of one evaluator (alerts_state, migration 1007): the time it
 -- evaluated up to and its JSON state; no row when it never saved.
 SELECT
     argMax(evaluated_at, saved_at) AS evaluated_at,

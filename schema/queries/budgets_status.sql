@@ -12,7 +12,7 @@ WITH
         WHERE synced_at >= (SELECT max(synced_at) FROM budgets) - INTERVAL 1 SECOND
         GROUP BY scope, name, period
     ),
-    -- the week's whole hours the cost jobs rolled up (migration 0170; cost.rollup_span of [week_start,
+    -- the week's whole hours the cost jobs rolled up (migration 1003; cost.rollup_span of [week_start,
     -- now)) from cost_hours, the rest raw (history below the watermark, live from it on, as the view
     -- call_costs): each minute from one of them. An hour row is wholly in or out of the day (both
     -- periods start at midnight UTC).

@@ -36,7 +36,7 @@ from schema.queries import rows, run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
 GROUPINGS = ("task_type", "tenant", "model", "replica")
-# The triangle windows the cost jobs keep exact per-block results for (migration 0200): 6 h, 1 day.
+# The triangle windows the cost jobs keep exact per-block results for (migration 1003): 6 h, 1 day.
 TRIANGLE_BLOCKS_S = (21600, 86400)
 CATEGORIES = ("useful", "retry_waste", "failed_task_waste", "pending", "unattributed", "unspanned", "idle")
 
@@ -142,7 +142,7 @@ def _store_identity(store) -> tuple:
 
 
 def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600, *, blocks: bool = True) -> dict:
-    """The part of ``[start, end)`` the cost queries read from the hourly rollups (migration 0170).
+    """The part of ``[start, end)`` the cost queries read from the hourly rollups (migration 1003).
 
     The rollups hold whole hours, each rewritten by the cost jobs as a new version; an hour is
     readable when its newest mark in ``cost_rollup_hours`` says complete (wholly below the
@@ -159,7 +159,7 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600,
     scalar subqueries every reference to those views plans.
 
     With ``unit_seconds`` in :data:`TRIANGLE_BLOCKS_S` (6 h, 1 day) and ``blocks`` also the triangle's
-    blocks of that size (migration 0200) to read whole: those inside ``[rollup_start, rollup_end)``
+    blocks of that size (migration 1003) to read whole: those inside ``[rollup_start, rollup_end)``
     whose mark names exactly the current versions of their hours (a stale mark, an hour rewritten
     since, is skipped). ``blocks=False``: a query that reads no block (the cost trend's 6 h buckets)
     gets the empty lists and, inside :func:`shared_spans`, shares the page's other span.

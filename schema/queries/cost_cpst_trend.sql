@@ -4,7 +4,7 @@
 -- share of the bucket's idle proportional to that allocated cost.
 -- The three sources meet in one UNION ALL grouped by (bucket, group), each read once (ClickHouse
 -- inlines a CTE at every reference, so keys-then-joins read every source twice).
--- With buckets of whole hours, the hours the cost jobs rolled up (migration 0170) are read from the
+-- With buckets of whole hours, the hours the cost jobs rolled up (migration 1003) are read from the
 -- hourly rollups, [p_hs, p_re); the partial edge hours and hours not rolled up (the live window)
 -- from the raw tables. Shorter buckets read the raw tables only.
 -- Sections rollup (those reads) are omitted when the span is empty (cost._without_rollup): ClickHouse

@@ -7,7 +7,7 @@
 -- evidence was a gateway or client span (no engine span), and minutes recomputed because their data
 -- arrived after the live window (late_minutes; replica '' = not tied to one replica).
 -- Each CTE is referenced once (ClickHouse inlines a CTE at every reference): FULL JOINs give the keys.
--- Whole hours the cost jobs rolled up (migration 0170) are read from the hourly rollups, [p_hs, p_re);
+-- Whole hours the cost jobs rolled up (migration 1003) are read from the hourly rollups, [p_hs, p_re);
 -- the partial edge hours and hours not rolled up (the live window) from the raw tables.
 -- Sections rollup (those reads) are omitted when the span is empty (cost._without_rollup): ClickHouse
 -- would plan them for an empty range too.

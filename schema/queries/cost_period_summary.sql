@@ -10,7 +10,7 @@
 -- replica when asked), then spread over the groupings (ARRAY JOIN over bys); each CTE is
 -- referenced once (ClickHouse inlines a CTE at every reference): the groups are the FULL JOIN of
 -- the parts.
--- Whole hours the cost jobs rolled up (migration 0170, schema/jobs/run_cost_rollup.sql) are read
+-- Whole hours the cost jobs rolled up (migration 1003, schema/jobs/run_cost_rollup.sql) are read
 -- from the hourly rollups, [p_hs, p_re); the partial hours at the edges and every hour not rolled up
 -- (the live window) from the raw tables: each minute from exactly one of them.
 -- by 'waste' (unfiltered, with ''): also waste_breakdown's figures of [p_start, p_end) in the same pass:

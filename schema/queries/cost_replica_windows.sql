@@ -9,12 +9,12 @@
 -- A call that started more than a day before the hour it ended is out of the triangle, and a task
 -- counts for a replica that ran one of its calls from the day before the hour it ended to that
 -- hour's end (the successes look back a day).
--- With windows of whole hours, the hours the cost jobs rolled up (migration 0170:
+-- With windows of whole hours, the hours the cost jobs rolled up (migration 1003:
 -- cost_triangle_hours, cost_replica_hours) are read from the rollups, [p_hs, p_re): latencies as
 -- quantile states, merged exactly, and successes as distinct counts per hour, summed (a task ends
 -- in one hour); the partial edge hours and hours not rolled up (the live window) from the raw
 -- tables. Shorter windows read raw only. With 6-hour or 1-day windows, a window that is one of the
--- triangle's blocks (migration 0200) whose mark names its hours' current versions (cost.rollup_span:
+-- triangle's blocks (migration 1003) whose mark names its hours' current versions (cost.rollup_span:
 -- p_blocks, p_block_versions) takes the block's exact p99 and sums, computed once by the cost jobs,
 -- instead of merging its hours' quantile states (which hold every call's latencies).
 WITH

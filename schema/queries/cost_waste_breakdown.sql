@@ -3,7 +3,7 @@
 -- pending + unattributed + unspanned + idle = spend); 'partial' (calls that streamed, then broke)
 -- and 'down' (idle spend of reserved replicas in minutes they were not up) are measures inside
 -- them (is_subset = 1).
--- Whole hours the cost jobs rolled up (migration 0170) are read from the hourly rollups, [p_hs, p_re);
+-- Whole hours the cost jobs rolled up (migration 1003) are read from the hourly rollups, [p_hs, p_re);
 -- the partial edge hours and hours not rolled up (the live window) from the raw tables.
 WITH
     {start:DateTime} AS p_start,

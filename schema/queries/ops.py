@@ -11,7 +11,7 @@ small dataclass; the app contains no SQL. Sources:
   which differs from vLLM's ``vllm:inter_token_latency_seconds`` histogram (one sample per gap).
 * ``otel_metrics_gauge``: vLLM's ``vllm:num_requests_running`` / ``_waiting`` /
   ``vllm:kv_cache_usage_perc`` per replica (resource attribute ``service.instance.id``), read
-  through its per-minute pre-aggregation ``ops_gauge_minutes`` (migration 0050): a tile is the mean
+  through its per-minute pre-aggregation ``ops_gauge_minutes`` (migration 1006): a tile is the mean
   of the replica's newest minute with points in the window (windows are minute-aligned).
 * ``otel_traces`` task root spans for goodput (DESIGN.md: successful tasks per hour that met their
   latency SLO; here the end-to-end SLO ``slo.e2e_ms``).
@@ -35,7 +35,7 @@ import pandas as pd
 from schema.queries import run
 
 FILTER_KEYS = ("model", "tenant", "task_type")
-# Ranges at least this long read the per-minute pre-aggregations of migration 0050 (when the
+# Ranges at least this long read the per-minute pre-aggregations of migration 1006 (when the
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
@@ -318,9 +318,9 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
     timeout, docs/telemetry.md): failed gateway attempts / gateway attempts where the gateway routed
     in that bucket, else the engine rows' own; error_rate = errors / attempts.
 
-    Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 0050):
+    Ranges of 6 h or more (see :func:`use_rollup`) read ``ops_engine_minutes`` (migration 1006):
     same counts, t-digest quantiles (~1 % rank error) instead of reservoir samples, minute-aligned;
-    ranges of 12 h or more with whole-hour buckets read ``ops_engine_hours`` (migration 0051).
+    ranges of 12 h or more with whole-hour buckets read ``ops_engine_hours`` (migration 1006).
     """
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
@@ -347,8 +347,8 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
 def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> pd.DataFrame:
     """Engine gauges per bucket: waiting and running (sums over replicas of bucket means), kv_usage (0..1).
 
-    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 0050); of
-    12 h or more with whole-hour buckets, the whole hours from ``ops_gauge_hours`` (migration 0361) and
+    Ranges of 6 h or more with whole-minute buckets read ``ops_gauge_minutes`` (migration 1006); of
+    12 h or more with whole-hour buckets, the whole hours from ``ops_gauge_hours`` (migration 1006) and
     the cut hours' minutes from ``ops_gauge_minutes``: the same sums, the same figures.
     """
     start, end = _range(start, end)

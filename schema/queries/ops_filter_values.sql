@@ -1,6 +1,6 @@
 -- Values offered by the dashboard's sidebar filters: distinct models, tenants and task types seen
 -- in LLM calls that started in the hours overlapping [start, end), each list capped at 200 values.
--- Reads the hourly pre-aggregation ops_dims_hours (migration 0050), not the calls.
+-- Reads the hourly pre-aggregation ops_dims_hours (migration 1006), not the calls.
 SELECT
     arraySort(groupUniqArrayIf(200)(toString(model), model != '')) AS models,
     arraySort(groupUniqArrayIf(200)(toString(tenant_id), tenant_id != '')) AS tenants,

@@ -1,5 +1,5 @@
 -- Live operations, per-replica engine gauges per {bucket_s}-second bucket from the per-minute
--- rollup ops_gauge_minutes (migration 0050): mean vllm:num_requests_running, _waiting and
+-- rollup ops_gauge_minutes (migration 1006): mean vllm:num_requests_running, _waiting and
 -- vllm:kv_cache_usage_perc (0..1) of each replica. Minute resolution: buckets under a minute show
 -- the minute's mean.
 SELECT

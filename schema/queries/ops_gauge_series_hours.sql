@@ -1,6 +1,6 @@
 -- Live operations, engine gauges over a MULTI-DAY range: ops_gauge_series_rollup.sql with the whole
--- hours of the range read from the hourly rollup ops_gauge_hours (migration 0361) and the minutes of
--- the hours the range cuts from ops_gauge_minutes (migration 0050): the same sums, so the same
+-- hours of the range read from the hourly rollup ops_gauge_hours (migration 1006) and the minutes of
+-- the hours the range cuts from ops_gauge_minutes (migration 1006): the same sums, so the same
 -- figures. Per bucket of {bucket_s} seconds (a multiple of 3600); [start, end) at minute granularity
 -- as the minute rollup's reader. Same columns as ops_gauge_series.sql.
 WITH

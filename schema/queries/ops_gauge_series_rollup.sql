@@ -1,5 +1,5 @@
 -- Live operations, engine gauges over a WIDE range, from the per-minute pre-aggregation
--- ops_gauge_minutes (migration 0050): per bucket of {bucket_s} seconds (a multiple of 60), the
+-- ops_gauge_minutes (migration 1006): per bucket of {bucket_s} seconds (a multiple of 60), the
 -- fleet's waiting and running requests (sums over replicas of each replica's mean in the bucket)
 -- and mean KV-cache use (0..1) across replicas. A replica's count gauges are summed over its
 -- engines per scrape (data parallel: value_sum / scrapes). Same columns as ops_gauge_series.sql.

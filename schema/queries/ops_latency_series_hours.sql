@@ -1,10 +1,10 @@
 -- Live operations, time series over a MULTI-DAY range, from the hourly pre-aggregation
--- ops_engine_hours (migration 0051): per bucket of {bucket_s} seconds (a multiple of 3600) and per
+-- ops_engine_hours (migration 1006): per bucket of {bucket_s} seconds (a multiple of 3600) and per
 -- replica (replica = '' rows are the fleet). [start, end) is taken at hour granularity. Same
 -- columns as ops_latency_series.sql (errors / attempts: the gateway's view where it routed).
--- A bucket wholly inside the range takes its quantiles from its block (migration 0360, written by
+-- A bucket wholly inside the range takes its quantiles from its block (migration 1006, written by
 -- the rollup step: the same merge of the same rows) while the bucket's rows still have the block's
--- fingerprint (summed requests and output tokens, migration 0440: a background merge keeps both) and no
+-- fingerprint (summed requests and output tokens, migration 1006: a background merge keeps both) and no
 -- model filter applies; every other bucket merges its hours' t-digest states here. The sums of every
 -- bucket are read from the hours.
 WITH

@@ -1,5 +1,5 @@
 -- Live operations, time series over a WIDE range, from the per-minute pre-aggregation
--- ops_engine_minutes (migration 0050): per bucket of {bucket_s} seconds (a multiple of 60) and per
+-- ops_engine_minutes (migration 1006): per bucket of {bucket_s} seconds (a multiple of 60) and per
 -- replica (replica = '' rows are the fleet), engine requests, output tokens, errors and t-digest
 -- quantiles (seconds) of TTFT, per-request ITL and e2e. Minutes are by request end; [start, end)
 -- is taken at minute granularity. Same columns as ops_latency_series.sql (errors / attempts: the

@@ -1,5 +1,5 @@
 -- Live operations, engine gauges per replica from the per-minute pre-aggregation ops_gauge_minutes
--- (migration 0050; vLLM /metrics scraped into otel_metrics_gauge): for each window ('current' =
+-- (migration 1006; vLLM /metrics scraped into otel_metrics_gauge): for each window ('current' =
 -- minutes in [start, end), 'previous' = [prev_start, start), minute-aligned) the replica's mean of
 -- its NEWEST minute with points of vllm:num_requests_running, vllm:num_requests_waiting and
 -- vllm:kv_cache_usage_perc (0..1), and the window's highest minute mean of KV use. Reading the

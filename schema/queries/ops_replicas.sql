@@ -1,5 +1,5 @@
 -- Live operations, the replicas seen in [start, end) (engine requests or gauges), for the replica
--- filter; read from the per-minute rollups (migration 0050).
+-- filter; read from the per-minute rollups (migration 1006).
 SELECT DISTINCT replica
 FROM (
     SELECT replica FROM ops_engine_minutes WHERE minute >= toStartOfMinute({start:DateTime}) AND minute < {end:DateTime}

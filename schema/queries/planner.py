@@ -6,7 +6,7 @@ Position in the flow: serving -> collectors -> **schema** -> app/alerts (the pla
 * workload extraction over a period ``[start, end)``: the tasks that started in it and their steps
   (what the clients asked for), client and gateway behaviour, the fleet that served it;
 * the planner's stored results (``planner_runs``, ``planner_candidates``,
-  ``planner_candidate_types``, migration 0160) for the dashboard page and the weekly review.
+  ``planner_candidate_types``, migration 1008) for the dashboard page and the weekly review.
 
 Times are UTC ``datetime`` (naive = UTC); every function returns a pandas DataFrame with the
 columns listed (empty, with those columns, when nothing matches) and raises the store's typed
@@ -140,7 +140,7 @@ def hourly_latency(store, start: datetime, end: datetime) -> pd.DataFrame:
     return _period("planner_hourly_latency", store, start, end)
 
 
-# --- stored results (migration 0160) -------------------------------------------------------------
+# --- stored results (migration 1008) -------------------------------------------------------------
 
 def runs(store, limit: int = 20) -> pd.DataFrame:
     """The latest planner runs, newest first (columns: ``COLUMNS['planner_runs']``)."""

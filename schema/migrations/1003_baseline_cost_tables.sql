@@ -66,57 +66,14 @@ ORDER BY (minute, replica, call_id)
 TTL minute + toIntervalDay({{retention_days}})
 SETTINGS ttl_only_drop_parts = 1, enable_block_number_column = 1, enable_block_offset_column = 1;
 
-CREATE TABLE IF NOT EXISTS call_costs_live
-(
-    `minute` DateTime('UTC') COMMENT 'minute bucket of this piece of the call',
-    `call_id` String COMMENT 'span id of the evidence span (engine, else gateway attempt, else client attempt)' CODEC(ZSTD(1)),
-    `trace_id` String CODEC(ZSTD(1)),
-    `call_source` LowCardinality(String) COMMENT 'evidence: engine | gateway | client',
-    `replica` LowCardinality(String) COMMENT 'replica id (\'\' when only the client saw the call)',
-    `gpu_type` LowCardinality(String),
-    `model` LowCardinality(String),
-    `task_id` String COMMENT '\'\'= no task context (unattributed)' CODEC(ZSTD(1)),
-    `task_type` LowCardinality(String),
-    `tenant_id` LowCardinality(String),
-    `task_step` String CODEC(ZSTD(1)),
-    `task_attempt` UInt16 COMMENT 'task.attempt (client retries), 0 when absent',
-    `task_call` UInt16 COMMENT 'task.call: the call within its step (0 when not sent); useful/retry is decided per (step, call)',
-    `start_time` DateTime64(9, 'UTC') COMMENT 'call start',
-    `end_time` DateTime64(9, 'UTC') COMMENT 'call end',
-    `status` LowCardinality(String) COMMENT 'ok | error | unset',
-    `error_type` LowCardinality(String),
-    `error_class` LowCardinality(String) COMMENT '\'\' | client_error | client_cancel | upstream_error | timeout | rejected (llm_calls.error_class of the call)',
-    `finish_reason` LowCardinality(String),
-    `partial` UInt8 COMMENT '1 = tokens streamed, then the call broke',
-    `first_piece` UInt8 COMMENT '1 on the piece of the minute the call started (token and request counts live there)',
-    `requests` UInt8 COMMENT '1 on the first piece, else 0',
-    `prompt_tokens` UInt32 COMMENT 'tokens, call total on the first piece, else 0 (includes cached)',
-    `cached_tokens` UInt32 COMMENT 'prefix-cached prompt tokens, first piece only',
-    `cached_estimated` UInt8 COMMENT '1 = no span counted cached tokens: estimated from the replica-minute\'s counter hit rate',
-    `output_tokens` UInt32 COMMENT 'tokens, first piece only (streamed tokens for partial calls)',
-    `ttft_s` Nullable(Float64) COMMENT 'seconds, the call\'s time to first token',
-    `user_ttft_s` Nullable(Float64) COMMENT 'seconds, TTFT the user waited: client span, else gateway, else engine',
-    `user_ttft_source` LowCardinality(String) COMMENT 'client | gateway | engine | \'\' (no TTFT)',
-    `e2e_s` Float64 COMMENT 'seconds, the call\'s end-to-end latency',
-    `overlap_s` Float64 COMMENT 'seconds of the call inside this minute',
-    `work` Float64 COMMENT 'work units of this piece: (w_prefill x uncached prompt + w_decode x output) x overlap share',
-    `gap_work` Float64 COMMENT 'work units of engine-counter tokens no span explains, charged to this piece (inside work)',
-    `minute_work` Float64 COMMENT 'work units of every call on this replica-minute (the allocation denominator)',
-    `capacity_work` Float64 COMMENT 'work units per minute the replica sustains; allocated share of spend = min(1, minute_work / capacity_work)',
-    `capacity_source` LowCardinality(String) COMMENT 'fleet (fleet.yaml) | saturated (median work of its saturated minutes, 7 days) | peak (its busiest minute)',
-    `spend_usd` Float64 COMMENT 'USD, spend of this replica-minute',
-    `cost_usd` Float64 COMMENT 'USD allocated to this piece = spend_usd x work / greatest(minute_work, capacity_work)',
-    `category` LowCardinality(String) COMMENT 'useful | retry_waste | failed_task_waste | pending (task outcome not known yet) | unattributed | unspanned (engine work no span explains)',
-    `task_outcome` LowCardinality(String) COMMENT 'success | failure | abandoned | unknown, as known when computed',
-    `computed_at` DateTime('UTC') COMMENT 'when the job wrote this row',
-    INDEX idx_task_id task_id TYPE bloom_filter(0.01) GRANULARITY 1,
-    INDEX idx_call_id call_id TYPE bloom_filter(0.01) GRANULARITY 1
-)
+-- The same columns as call_costs_history (the readers' view is a UNION ALL of the two); no patch-part
+-- columns: the chain replaces this table whole.
+CREATE TABLE IF NOT EXISTS call_costs_live AS call_costs_history
 ENGINE = MergeTree
 PARTITION BY toDate(minute)
 ORDER BY (minute, replica, call_id)
 TTL minute + toIntervalDay({{retention_days}})
-SETTINGS ttl_only_drop_parts = 1, index_granularity = 8192;
+SETTINGS ttl_only_drop_parts = 1;
 
 -- One row per replica and minute it was up (produced metric points or did work in that minute).
 CREATE TABLE IF NOT EXISTS replica_minutes_history
@@ -175,57 +132,9 @@ PARTITION BY toYYYYMM(minute)
 ORDER BY (minute, replica)
 SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1;
 
-CREATE TABLE IF NOT EXISTS replica_minutes_live
-(
-    `minute` DateTime('UTC') COMMENT 'minute bucket',
-    `replica` LowCardinality(String) COMMENT 'replica id',
-    `gpu_type` LowCardinality(String),
-    `gpu_count` UInt16 COMMENT 'GPUs',
-    `usd_per_gpu_hour` Float64 COMMENT 'USD per GPU-hour valid at this minute (0 when no price is configured)',
-    `in_fleet` UInt8 COMMENT '0 = replica absent from fleet.yaml, priced at the configured default (flag)',
-    `billing` LowCardinality(String) COMMENT 'on_demand | reserved (fleet.yaml)',
-    `priced` UInt8 COMMENT '0 = no price valid at this minute for its GPU type (spend 0, flag)',
-    `up_metrics` UInt8 COMMENT '1 = metric points in this minute',
-    `up_spans` UInt8 COMMENT '1 = a call with work overlapped this minute',
-    `up` UInt8 COMMENT '1 = a successful scrape or work in this minute; 0 = a reserved replica that was down (its spend is idle)',
-    `spend_usd` Float64 COMMENT 'USD = usd_per_gpu_hour x gpu_count / 60',
-    `allocated_usd` Float64 COMMENT 'USD allocated to calls (sum of call_costs.cost_usd of this replica-minute)',
-    `idle_usd` Float64 COMMENT 'USD = spend_usd - allocated_usd (all of it when no call ran)',
-    `unattributed_usd` Float64 COMMENT 'USD allocated to calls without task context',
-    `unspanned_usd` Float64 COMMENT 'USD allocated to engine work no span explains (no call to charge it to)',
-    `calls_active` UInt32 COMMENT 'calls overlapping this minute',
-    `requests` UInt32 COMMENT 'calls that started in this minute',
-    `prompt_tokens` UInt64 COMMENT 'tokens of calls started in this minute (includes cached)',
-    `cached_tokens` UInt64 COMMENT 'tokens',
-    `cached_estimated_tokens` UInt64 COMMENT 'tokens, the part of cached_tokens estimated from the counter hit rate',
-    `output_tokens` UInt64 COMMENT 'tokens',
-    `work` Float64 COMMENT 'work units in this minute',
-    `gap_work` Float64 COMMENT 'work units of engine-counter tokens no span explains (charged to calls without engine spans, else unspanned)',
-    `capacity_work` Float64 COMMENT 'work units per minute the replica sustains',
-    `capacity_source` LowCardinality(String) COMMENT 'fleet (fleet.yaml capacity) | saturated (median work of its saturated minutes) | peak (its busiest minute)',
-    `ttft_p50_s` Nullable(Float64) COMMENT 'seconds, engine-measured TTFT of calls started this minute',
-    `ttft_p90_s` Nullable(Float64) COMMENT 'seconds',
-    `ttft_p99_s` Nullable(Float64) COMMENT 'seconds',
-    `itl_p50_s` Nullable(Float64) COMMENT 'seconds, mean inter-token latency per call = (e2e - ttft) / (output - 1)',
-    `itl_p99_s` Nullable(Float64) COMMENT 'seconds',
-    `e2e_p50_s` Nullable(Float64) COMMENT 'seconds',
-    `e2e_p90_s` Nullable(Float64) COMMENT 'seconds',
-    `e2e_p99_s` Nullable(Float64) COMMENT 'seconds',
-    `queue_waiting_avg` Nullable(Float64) COMMENT 'requests, mean over scrapes of vllm:num_requests_waiting summed over the replica\'s engines',
-    `queue_waiting_max` Nullable(Float64) COMMENT 'requests',
-    `running_avg` Nullable(Float64) COMMENT 'requests, mean over scrapes of vllm:num_requests_running summed over the replica\'s engines',
-    `kv_usage_avg` Nullable(Float64) COMMENT 'fraction 0..1, mean over scrapes of vllm:kv_cache_usage_perc, engines weighted by their KV blocks',
-    `kv_usage_max` Nullable(Float64) COMMENT 'fraction 0..1',
-    `saturated` UInt8 COMMENT '1 = requests waited for capacity in this minute (vllm:num_requests_waiting_by_reason{reason=capacity}, else vllm:num_requests_waiting)',
-    `counter_prompt_tokens` Nullable(Float64) COMMENT 'tokens, increase of vllm:prompt_tokens in this minute',
-    `counter_generation_tokens` Nullable(Float64) COMMENT 'tokens, increase of vllm:generation_tokens in this minute',
-    `counter_cached_tokens` Nullable(Float64) COMMENT 'tokens, increase of vllm:prompt_tokens_cached (else vllm:prefix_cache_hits) in this minute',
-    `counter_hit_rate` Nullable(Float64) COMMENT 'fraction 0..1 of prompt tokens served from the prefix cache (counters)',
-    `preemptions` Nullable(Float64) COMMENT 'increase of vllm:num_preemptions in this minute',
-    `counted_tokens` Nullable(Float64) COMMENT 'tokens of calls the counters of this minute observed (prompt at first token, output spread to the end)',
-    `token_gap` Nullable(Float64) COMMENT 'tokens = engine counters - counted_tokens (work no span explains, e.g. aborted requests); data quality',
-    `computed_at` DateTime('UTC')
-)
+-- The same columns as replica_minutes_history (the readers' view is a UNION ALL of the two); no patch-part
+-- columns: the chain replaces this table whole.
+CREATE TABLE IF NOT EXISTS replica_minutes_live AS replica_minutes_history
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(minute)
 ORDER BY (minute, replica);
@@ -274,43 +183,9 @@ PARTITION BY toYYYYMM(minute)
 ORDER BY (minute, task_type, tenant_id, task_id)
 SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1;
 
-CREATE TABLE IF NOT EXISTS tasks_live
-(
-    `minute` DateTime('UTC') COMMENT 'toStartOfMinute(end_time): the period a task belongs to',
-    `task_id` String CODEC(ZSTD(1)),
-    `task_type` LowCardinality(String),
-    `tenant_id` LowCardinality(String),
-    `tenant_priority` LowCardinality(String),
-    `model` LowCardinality(String) COMMENT 'model of most of its calls',
-    `outcome` LowCardinality(String) COMMENT 'success | failure | abandoned | unknown (no outcome yet)',
-    `has_root` UInt8 COMMENT '1 = the task root span arrived',
-    `start_time` DateTime64(9, 'UTC'),
-    `end_time` DateTime64(9, 'UTC'),
-    `steps` UInt16 COMMENT 'distinct task.step values',
-    `step_calls` UInt16 COMMENT 'calls the steps asked for: distinct (step, call); attempts - step_calls = client retries',
-    `attempts` UInt16 COMMENT 'calls sent, client retries included: distinct (step, call, attempt)',
-    `calls` UInt32 COMMENT 'units of GPU work (includes the gateway\'s hidden retries)',
-    `prompt_tokens` UInt64 COMMENT 'tokens',
-    `cached_tokens` UInt64 COMMENT 'tokens',
-    `output_tokens` UInt64 COMMENT 'tokens',
-    `cost_usd` Float64 COMMENT 'USD = sum of its calls\' cost = useful + retry_waste + failed_task_waste + pending',
-    `useful_usd` Float64 COMMENT 'USD, calls that produced an accepted step result of a successful task',
-    `retry_waste_usd` Float64 COMMENT 'USD, failed or superseded attempts of a successful task (partial streams included)',
-    `failed_task_waste_usd` Float64 COMMENT 'USD, every call of a failed or abandoned task',
-    `pending_usd` Float64 COMMENT 'USD, calls of a task whose outcome is unknown',
-    `partial_calls` UInt32 COMMENT 'calls that streamed tokens then broke',
-    `partial_tokens` UInt64 COMMENT 'output tokens streamed by those calls',
-    `partial_usd` Float64 COMMENT 'USD of those calls (already inside a category)',
-    `ttft_s` Nullable(Float64) COMMENT 'seconds, worst TTFT the user waited among its accepted calls (client, else gateway, else engine)',
-    `ttft_source` LowCardinality(String) COMMENT 'whose clock ttft_s is: client | gateway | engine',
-    `e2e_s` Float64 COMMENT 'seconds, end_time - start_time',
-    `slo_ttft_ms` Nullable(Float64) COMMENT 'milliseconds (root span, else task_slos)',
-    `slo_e2e_ms` Nullable(Float64) COMMENT 'milliseconds (root span, else task_slos)',
-    `slo_met` UInt8 COMMENT '1 = success and every configured budget met',
-    `computed_at` DateTime('UTC'),
-    `context_source` LowCardinality(String) DEFAULT '' COMMENT 'sdk | genai_agent | openinference | traceloop | genai_call | request_root | trace_without_root (calls of a trace whose root never arrived)',
-    INDEX idx_task_id task_id TYPE bloom_filter(0.01) GRANULARITY 1
-)
+-- The same columns as tasks_history (the readers' view is a UNION ALL of the two); no patch-part
+-- columns: the chain replaces this table whole.
+CREATE TABLE IF NOT EXISTS tasks_live AS tasks_history
 ENGINE = MergeTree
 PARTITION BY toYYYYMM(minute)
 ORDER BY (minute, task_type, tenant_id, task_id);

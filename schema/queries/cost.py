@@ -75,14 +75,31 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
+# Cost per successful task, defined here once for every reader (the dashboard, the API, the weekly
+# review, the Prometheus export): USD / successful tasks of the same rows, NaN where they hold none.
+# CPST divides all spend (idle included: the fleet was bought to run these tasks); attributed CPST
+# divides only what the cost model allocated to calls.
+PER_SUCCESS = {"cpst_usd": "spend_usd", "attributed_cpst_usd": "allocated_usd"}
+
+
+def per_success(df: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``df`` with the :data:`PER_SUCCESS` figures of ``columns`` computed from its ``successful_tasks``
+    and USD columns, in the order of ``columns``."""
+    successes = pd.to_numeric(df["successful_tasks"], errors="coerce").astype(float) if len(df) else None
+    for figure, usd in PER_SUCCESS.items():
+        if figure in columns:
+            df[figure] = (pd.to_numeric(df[usd]).astype(float) / successes).where(successes > 0) if len(df) else []
+    return df[list(columns)]
+
+
 def _run(store, name: str, *, omit: frozenset[str] = frozenset(), **params) -> pd.DataFrame:
     # The chDB backend returns an empty DataFrame without columns for zero rows; readers rely on
     # the documented columns being present, so rebuild them from the result's column names.
     # COLUMNS is also the stability contract: a test checks every query returns exactly these.
     df = run(store, name, omit=omit, **params)
     if len(df.columns) == 0:
-        df = pd.DataFrame(columns=list(COLUMNS[name]))
-    return df
+        return pd.DataFrame(columns=list(COLUMNS[name]))
+    return per_success(df, COLUMNS[name]) if "cpst_usd" in COLUMNS[name] else df
 
 
 def _without_rollup(span: dict) -> frozenset[str]:
@@ -352,11 +369,12 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
     df = run(store, "cost_period_summary", omit=omit, **params, bys=keys + extra,
              read_start=read_start, prev_rollup_start=prev["rollup_start"], prev_rollup_end=prev["rollup_end"],
              prev_rollup_versions=prev["rollup_versions"], **span)
-    columns = list(COLUMNS["cost_period_summary"])
+    columns = COLUMNS["cost_period_summary"]
     out = {}
     for key in keys + (["previous"] if previous else []):
-        part = df[df["by_dim"] == key] if len(df.columns) else df
-        out[key] = (part[columns].reset_index(drop=True) if len(part.columns) else pd.DataFrame(columns=columns))
+        part = df[df["by_dim"] == key].copy() if len(df.columns) else df
+        out[key] = (per_success(part, columns).reset_index(drop=True) if len(part.columns)
+                    else pd.DataFrame(columns=list(columns)))
     if waste:
         out["waste"] = _waste_frame(df)
     return out

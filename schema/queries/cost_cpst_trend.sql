@@ -104,9 +104,7 @@ SELECT
     if(p_by = '', b_spend, k_alloc + if(b_alloc > 0, b_idle * k_alloc / b_alloc, 0)) AS spend_usd,
     k_alloc AS allocated_usd,
     toUInt64(k_successes) AS successful_tasks,
-    toUInt64(k_slo_met) AS slo_met_tasks,
-    if(successful_tasks > 0, spend_usd / successful_tasks, NULL) AS cpst_usd,
-    if(successful_tasks > 0, allocated_usd / successful_tasks, NULL) AS attributed_cpst_usd
+    toUInt64(k_slo_met) AS slo_met_tasks
 FROM merged
 WHERE k_key = 1
 ORDER BY bucket_start, grp

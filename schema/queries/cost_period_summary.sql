@@ -270,8 +270,6 @@ SELECT
     toUInt64(ifNull(tk.tk_failed_tasks, 0)) AS failed_tasks,
     toUInt64(ifNull(tk.tk_abandoned_tasks, 0)) AS abandoned_tasks,
     toUInt64(ifNull(tk.tk_slo_met_tasks, 0)) AS slo_met_tasks,
-    if(successful_tasks > 0, spend_usd / successful_tasks, NULL) AS cpst_usd,
-    if(successful_tasks > 0, allocated_usd / successful_tasks, NULL) AS attributed_cpst_usd,
     if(requests > 0, spend_usd / requests, NULL) AS cost_per_request_usd,
     if(tokens > 0, spend_usd * 1000000 / tokens, NULL) AS cost_per_1m_tokens_usd,
     if(hours > 0, slo_met_tasks / hours, NULL) AS goodput_per_hour,

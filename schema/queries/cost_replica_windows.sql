@@ -136,7 +136,6 @@ SELECT
     eng.e2e_p99_s AS e2e_p99_s,
     ifNull(rm.spend, 0) AS spend_usd,
     ifNull(rm.idle, 0) AS idle_usd,
-    if(successful_tasks > 0, spend_usd / successful_tasks, NULL) AS cpst_usd,
     rm.running AS running_requests_avg
 FROM eng
 FULL JOIN rm USING (replica, window_start)

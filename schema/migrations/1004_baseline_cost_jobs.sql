@@ -2,335 +2,8 @@
 -- The periodic chain (1005) and the explicit runner (schema/jobs) run these same views; schema/jobs/README.md
 -- walks one call through them.
 
--- The blocks the rollup step writes for a run over [ws, we): those overlapping it whose every hour
--- has a complete rollup and whose current hour versions no mark names yet (d_versions in hour order).
-CREATE VIEW IF NOT EXISTS job_triangle_blocks_due AS
-WITH toStartOfDay(toStartOfHour({ws:DateTime})) AS b0,
-     toStartOfDay(toStartOfHour({we:DateTime} - INTERVAL 1 SECOND)) + INTERVAL 1 DAY AS b_end
-SELECT d_seconds, d_start, d_versions
-FROM (SELECT s AS d_seconds,
-             if(s = 21600, toStartOfInterval(hour, toIntervalSecond(21600)),
-                toStartOfInterval(hour, toIntervalSecond(86400))) AS d_start,
-             arrayMap(x -> x.2, arraySort(groupArray((hour, newest)))) AS d_versions
-      FROM (SELECT hour, max(version) AS newest FROM cost_rollup_hours
-            WHERE hour >= b0 AND hour < b_end
-            GROUP BY hour HAVING argMax(complete, version) = 1)
-      ARRAY JOIN [toUInt32(21600), toUInt32(86400)] AS s
-      GROUP BY d_seconds, d_start
-      HAVING length(d_versions) = intDiv(d_seconds, 3600)
-         AND d_start + toIntervalSecond(d_seconds) > toStartOfHour({ws:DateTime})
-         AND d_start < {we:DateTime})
-WHERE (d_seconds, d_start, d_versions) NOT IN (
-    SELECT block_seconds, block_start, hour_versions FROM cost_triangle_block_marks
-    WHERE block_start >= b0 AND block_start < b_end);
-
-CREATE VIEW IF NOT EXISTS job_replica_gauges AS
-WITH
-    {ws:DateTime} AS ws,
-    {we:DateTime} AS we,
-    per_engine AS (
-        SELECT ResourceAttributes['service.instance.id'] AS replica, TimeUnix AS ts, Attributes['engine'] AS engine,
-               sumIf(Value, MetricName = 'vllm:num_requests_waiting') AS waiting,
-               countIf(MetricName = 'vllm:num_requests_waiting') AS n_waiting,
-               sumIf(Value, MetricName = 'vllm:num_requests_waiting_by_reason' AND Attributes['reason'] = 'capacity')
-                   AS waiting_capacity,
-               countIf(MetricName = 'vllm:num_requests_waiting_by_reason' AND Attributes['reason'] = 'capacity')
-                   AS n_waiting_capacity,
-               sumIf(Value, MetricName = 'vllm:num_requests_running') AS running,
-               countIf(MetricName = 'vllm:num_requests_running') AS n_running,
-               anyIf(Value, MetricName IN ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')) AS kv,
-               countIf(MetricName IN ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')) AS n_kv,
-               ifNull(anyIf(toFloat64OrNull(Attributes['num_gpu_blocks']), MetricName = 'vllm:cache_config_info'), 1)
-                   AS kv_blocks,
-               countIf(NOT (MetricName = 'up' AND Value = 0)) AS n_ok
-        FROM otel_metrics_gauge
-        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
-        GROUP BY replica, ts, engine
-    ),
-    per_scrape AS (
-        SELECT replica, ts,
-               if(sum(n_waiting) > 0, sum(waiting), NULL) AS s_waiting,
-               if(sum(n_waiting_capacity) > 0, sum(waiting_capacity), NULL) AS s_waiting_capacity,
-               if(sum(n_running) > 0, sum(running), NULL) AS s_running,
-               if(sumIf(kv_blocks, n_kv > 0) > 0, sumIf(kv * kv_blocks, n_kv > 0) / sumIf(kv_blocks, n_kv > 0), NULL) AS s_kv,
-               sum(n_ok) > 0 AS ok
-        FROM per_engine
-        GROUP BY replica, ts
-    ),
-    other_points AS (
-        SELECT ResourceAttributes['service.instance.id'] AS replica, toStartOfMinute(TimeUnix) AS minute
-        FROM otel_metrics_sum
-        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
-        GROUP BY replica, minute
-        UNION DISTINCT
-        SELECT ResourceAttributes['service.instance.id'] AS replica, toStartOfMinute(TimeUnix) AS minute
-        FROM otel_metrics_histogram
-        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
-        GROUP BY replica, minute
-    ),
-    gauge_minutes AS (
-        SELECT replica, toStartOfMinute(ts) AS minute,
-               max(ok) AS scraped,
-               avg(s_waiting) AS queue_waiting_avg, max(s_waiting) AS queue_waiting_max,
-               avg(s_running) AS running_avg, avg(s_kv) AS kv_usage_avg, max(s_kv) AS kv_usage_max,
-               ifNull(avg(coalesce(s_waiting_capacity, s_waiting)), 0) > 0 AS sat
-        FROM per_scrape
-        GROUP BY replica, minute
-    )
-SELECT
-    if(gm.replica != '', gm.replica, op.replica) AS replica,
-    if(gm.replica != '', gm.minute, op.minute) AS minute,
-    toUInt8(ifNull(gm.scraped, 0) OR op.replica != '') AS up_metrics,
-    gm.queue_waiting_avg AS queue_waiting_avg, gm.queue_waiting_max AS queue_waiting_max,
-    gm.running_avg AS running_avg, gm.kv_usage_avg AS kv_usage_avg, gm.kv_usage_max AS kv_usage_max,
-    toUInt8(ifNull(gm.sat, 0)) AS saturated
--- each (replica, minute) with gauges or other points once: both sides are grouped by it
-FROM gauge_minutes AS gm
-FULL OUTER JOIN other_points AS op ON op.replica = gm.replica AND op.minute = gm.minute;
-
-CREATE VIEW IF NOT EXISTS job_reconciliation AS
-WITH
-    {ws:DateTime} AS ws,
-    {we:DateTime} AS we,
-    {run_id:UInt64} AS p_run_id,
-    (SELECT argMax(w_prefill, synced_at) FROM cost_settings) AS w_prefill,
-    (SELECT argMax(w_decode, synced_at) FROM cost_settings) AS w_decode,
-    -- the run's engine counters and gauges, materialized once (engine_counters_live / _runs,
-    -- replica_gauges_live / _runs): not expanded here
-    counters AS (
-        SELECT * FROM engine_counters_live WHERE p_run_id = 0
-        UNION ALL
-        SELECT * EXCEPT (run_id, written_at) FROM engine_counters_runs WHERE run_id = p_run_id AND p_run_id != 0
-    ),
-    calls AS (
-        SELECT replica, start_time, end_time, ttft_s, prompt_tokens, output_tokens, call_work FROM resolved_calls_live
-        WHERE p_run_id = 0 AND replica != ''
-        UNION ALL
-        SELECT replica, start_time, end_time, ttft_s, prompt_tokens, output_tokens, call_work FROM resolved_calls_runs
-        WHERE run_id = p_run_id AND p_run_id != 0 AND replica != ''
-    ),
-    passes AS (
-        SELECT c.replica AS replica, minute,
-               toUnixTimestamp64Nano(c.start_time) AS s_ns,
-               greatest(toUnixTimestamp64Nano(c.end_time), s_ns) AS e_ns,
-               toInt64(toUnixTimestamp(minute)) * 1000000000 AS m_ns,
-               e_ns - s_ns AS dur_ns,
-               multiIf(dur_ns = 0, if(minute = toStartOfMinute(c.start_time), 1.0, 0.0),
-                       greatest(least(e_ns, m_ns + 60000000000) - greatest(s_ns, m_ns), 0) / dur_ns) AS share,
-               least(s_ns + toInt64(ifNull(c.ttft_s, 0) * 1e9), e_ns) AS ft_ns,
-               toUnixTimestamp64Nano(k.covers_from) AS a_ns,
-               toUnixTimestamp64Nano(k.covers_to) AS b_ns,
-               k.replica != '' AS has_counters,
-               if(has_counters AND ft_ns > a_ns AND ft_ns <= b_ns, c.prompt_tokens, 0) AS counted_prompt,
-               if(NOT has_counters, 0,
-                  c.output_tokens * if(e_ns > ft_ns, greatest(least(e_ns, b_ns) - greatest(ft_ns, a_ns), 0) / (e_ns - ft_ns),
-                                       if(e_ns > a_ns AND e_ns <= b_ns, 1.0, 0.0))) AS counted_output,
-               c.call_work * share AS piece_work
-        FROM calls AS c
-        ARRAY JOIN arrayMap(i -> toDateTime(toStartOfMinute(c.start_time), 'UTC') + i * 60,
-                            range(toUInt64(dateDiff('minute', toStartOfMinute(c.start_time), toStartOfMinute(c.end_time)) + 2)))
-            AS minute
-        LEFT JOIN (SELECT replica, minute, covers_from, covers_to FROM counters) AS k
-            ON k.replica = c.replica AND k.minute = minute
-        WHERE minute >= ws AND minute < we
-    ),
-    per_minute AS (
-        SELECT replica AS pm_replica, minute AS pm_minute, sum(piece_work) AS pm_work,
-               sum(counted_prompt) AS pm_prompt, sum(counted_output) AS pm_output
-        FROM passes GROUP BY replica, minute
-    ),
-    gauges AS (SELECT replica AS g_replica, minute AS g_minute, saturated AS g_saturated FROM replica_gauges_live
-               WHERE p_run_id = 0
-               UNION ALL
-               SELECT replica, minute, saturated FROM replica_gauges_runs WHERE run_id = p_run_id AND p_run_id != 0)
-SELECT
-    if(ct.replica != '', ct.replica, pm.pm_replica) AS replica,
-    toDateTime(if(ct.replica != '', ct.minute, pm.pm_minute), 'UTC') AS minute,
-    ct.covers_from AS covers_from, ct.covers_to AS covers_to,
-    if(ct.n_prompt > 0, ct.prompt_increase, NULL) AS counter_prompt_tokens,
-    if(ct.n_generation > 0, ct.generation_increase, NULL) AS counter_generation_tokens,
-    multiIf(ct.n_cached > 0, ct.cached_increase, ct.n_queries > 0, ct.hits_increase, NULL) AS counter_cached_tokens,
-    ct.hit_rate AS hit_rate,
-    if(ct.n_preemptions > 0, ct.preemptions_increase, NULL) AS preemptions,
-    pm.pm_prompt + pm.pm_output AS counted_tokens,
-    if(ct.n_prompt > 0, greatest(ct.prompt_increase - pm.pm_prompt, 0), 0) AS residual_prompt,
-    if(ct.n_generation > 0, greatest(ct.generation_increase - pm.pm_output, 0), 0) AS residual_output,
-    w_prefill * residual_prompt * (1 - ifNull(ct.hit_rate, 0)) + w_decode * residual_output AS gap_work,
-    pm.pm_work AS span_work,
-    span_work + gap_work AS total_work,
-    toUInt8(g.g_saturated) AS saturated
--- each (replica, minute) with counters or call pieces once: both sides are grouped by it
-FROM counters AS ct
-FULL OUTER JOIN per_minute AS pm ON pm.pm_replica = ct.replica AND pm.pm_minute = ct.minute
-LEFT JOIN gauges AS g ON g.g_replica = if(ct.replica != '', ct.replica, pm.pm_replica)
-                    AND g.g_minute = if(ct.replica != '', ct.minute, pm.pm_minute);
-
-CREATE VIEW IF NOT EXISTS job_replica_spend AS
-WITH
-    {ws:DateTime} AS ws,
-    {we:DateTime} AS we,
-    {run_id:UInt64} AS p_run_id,
-    (SELECT argMax(default_gpu_type, synced_at) FROM cost_settings) AS default_gpu_type,
-    (SELECT argMax(default_gpu_count, synced_at) FROM cost_settings) AS default_gpu_count,
-    gauges AS (
-        SELECT * FROM replica_gauges_live WHERE p_run_id = 0
-        UNION ALL
-        SELECT * EXCEPT (run_id, written_at) FROM replica_gauges_runs WHERE run_id = p_run_id AND p_run_id != 0
-    ),
-    work_minutes AS (
-        SELECT replica AS wm_replica, minute AS wm_minute FROM call_costs
-        WHERE minute >= ws AND minute < we AND replica != '' AND work > 0
-        GROUP BY replica, minute
-    ),
-    reserved_minutes AS (
-        SELECT replica, minute FROM replicas
-        ARRAY JOIN arrayMap(i -> ws + i * 60, range(toUInt64(dateDiff('minute', ws, we)))) AS minute
-        WHERE billing = 'reserved'
-    ),
-    -- the gauges and the work minutes joined once (both grouped by replica and minute), then the
-    -- reserved minutes; a key is a minute up by the gauges, with work, or reserved
-    gauges_work AS (
-        SELECT if(g.replica != '', g.replica, wm.wm_replica) AS gw_replica,
-               toDateTime(if(g.replica != '', g.minute, wm.wm_minute), 'UTC') AS gw_minute,
-               g.up_metrics AS up_metrics, toUInt8(wm.wm_replica != '') AS up_spans,
-               g.queue_waiting_avg AS queue_waiting_avg, g.queue_waiting_max AS queue_waiting_max,
-               g.running_avg AS running_avg, g.kv_usage_avg AS kv_usage_avg, g.kv_usage_max AS kv_usage_max,
-               g.saturated AS saturated
-        FROM gauges AS g
-        FULL OUTER JOIN work_minutes AS wm ON wm.wm_replica = g.replica AND wm.wm_minute = g.minute
-    ),
-    keys AS (
-        SELECT if(gw.gw_replica != '', gw.gw_replica, rs.replica) AS replica,
-               toDateTime(if(gw.gw_replica != '', gw.gw_minute, rs.minute), 'UTC') AS minute,
-               gw.up_metrics AS up_metrics, gw.up_spans AS up_spans,
-               gw.queue_waiting_avg AS queue_waiting_avg, gw.queue_waiting_max AS queue_waiting_max,
-               gw.running_avg AS running_avg, gw.kv_usage_avg AS kv_usage_avg, gw.kv_usage_max AS kv_usage_max,
-               gw.saturated AS saturated
-        FROM gauges_work AS gw
-        FULL OUTER JOIN (SELECT DISTINCT replica, minute FROM reserved_minutes) AS rs
-            ON rs.replica = gw.gw_replica AND rs.minute = gw.gw_minute
-        WHERE gw.up_metrics = 1 OR gw.up_spans = 1 OR rs.replica != ''
-    ),
-    fleet AS (
-        SELECT replica AS f_replica, gpu_type AS f_gpu_type, gpu_count AS f_gpu_count, billing AS f_billing FROM replicas
-    ),
-    price_arrays AS (
-        SELECT gpu_type AS pa_type,
-               arraySort(x -> x.1, groupArray((toInt64(toUnixTimestamp(valid_from)), usd_per_gpu_hour))) AS pa
-        FROM gpu_prices GROUP BY gpu_type
-    ),
-    sized AS (
-        SELECT k.replica AS replica, k.minute AS minute, toInt64(toUnixTimestamp(k.minute)) AS m_s,
-               toUInt8(f.f_replica != '') AS in_fleet,
-               if(in_fleet, f.f_gpu_type, default_gpu_type) AS fleet_gpu_type,
-               if(in_fleet, f.f_gpu_count, default_gpu_count) AS fleet_gpu_count,
-               if(in_fleet AND f.f_billing = 'reserved', 'reserved', 'on_demand') AS billing,
-               k.up_metrics AS up_metrics, k.up_spans AS up_spans,
-               k.queue_waiting_avg AS queue_waiting_avg, k.queue_waiting_max AS queue_waiting_max,
-               k.running_avg AS running_avg, k.kv_usage_avg AS kv_usage_avg, k.kv_usage_max AS kv_usage_max,
-               k.saturated AS saturated, pa.pa AS prices
-        FROM keys AS k
-        LEFT JOIN fleet AS f ON f.f_replica = k.replica
-        LEFT JOIN price_arrays AS pa ON pa.pa_type = if(f.f_replica != '', f.f_gpu_type, default_gpu_type)
-    )
-SELECT
-    replica, minute, fleet_gpu_type AS gpu_type, toUInt16(fleet_gpu_count) AS gpu_count,
-    -- USD per GPU in this minute: each price segment's seconds inside it
-    if(length(prices) = 0, 0,
-       arraySum(arrayMap(i -> prices[i].2 * greatest(0,
-           least(m_s + 60, if(i < length(prices), prices[i + 1].1, m_s + 60)) - greatest(m_s, prices[i].1)),
-           arrayEnumerate(prices))) / 3600) AS usd_per_gpu_minute,
-    usd_per_gpu_minute * 60 AS usd_per_gpu_hour,
-    in_fleet, billing,
-    toUInt8(arrayExists(x -> x.1 < m_s + 60, prices)) AS priced,
-    toUInt8(up_metrics) AS up_metrics, up_spans, toUInt8(up_metrics OR up_spans) AS up,
-    fleet_gpu_count * usd_per_gpu_minute AS spend_usd,
-    queue_waiting_avg, queue_waiting_max, running_avg, kv_usage_avg, kv_usage_max, toUInt8(saturated) AS saturated
-FROM sized;
-
-CREATE VIEW IF NOT EXISTS job_replica_minutes AS
-WITH
-    {ws:DateTime} AS ws,
-    {we:DateTime} AS we,
-    alloc AS (
-        SELECT replica, minute,
-               sum(cost_usd) AS allocated,
-               sumIf(cost_usd, category = 'unattributed') AS unattributed,
-               sumIf(cost_usd, category = 'unspanned') AS unspanned,
-               countIf(call_source != 'unspanned') AS calls_active,
-               sum(requests) AS n_requests,
-               sum(prompt_tokens) AS p_tokens,
-               sum(cached_tokens) AS c_tokens,
-               sumIf(cached_tokens, cached_estimated = 1) AS c_est_tokens,
-               sum(output_tokens) AS o_tokens,
-               sum(work) AS minute_work,
-               sum(gap_work) AS minute_gap_work,
-               any(capacity_work) AS capacity,
-               any(capacity_source) AS capacity_src,
-               quantilesExactIf(0.5, 0.9, 0.99)(ttft_s, first_piece = 1 AND call_source = 'engine' AND ttft_s IS NOT NULL) AS ttft_q,
-               quantilesExactIf(0.5, 0.99)(if(output_tokens > 1 AND ttft_s IS NOT NULL, (e2e_s - ttft_s) / (output_tokens - 1), nan),
-                                           first_piece = 1 AND call_source = 'engine' AND output_tokens > 1 AND ttft_s IS NOT NULL) AS itl_q,
-               quantilesExactIf(0.5, 0.9, 0.99)(e2e_s, first_piece = 1 AND call_source = 'engine') AS e2e_q,
-               countIf(first_piece = 1 AND call_source = 'engine' AND ttft_s IS NOT NULL) AS n_ttft,
-               countIf(first_piece = 1 AND call_source = 'engine' AND output_tokens > 1 AND ttft_s IS NOT NULL) AS n_itl,
-               countIf(first_piece = 1 AND call_source = 'engine') AS n_e2e
-        FROM call_costs
-        WHERE minute >= ws AND minute < we AND replica != ''
-        GROUP BY replica, minute
-    ),
-    rec AS (
-        SELECT * FROM reconciliation_live WHERE {run_id:UInt64} = 0
-        UNION ALL
-        SELECT * EXCEPT (run_id, written_at) FROM reconciliation_runs WHERE run_id = {run_id:UInt64} AND {run_id:UInt64} != 0
-    )
-SELECT
-    s.minute AS minute, s.replica AS replica, s.gpu_type AS gpu_type, s.gpu_count AS gpu_count,
-    s.usd_per_gpu_hour AS usd_per_gpu_hour, s.in_fleet AS in_fleet, s.billing AS billing, s.priced AS priced,
-    s.up_metrics AS up_metrics, s.up_spans AS up_spans, s.up AS up,
-    s.spend_usd AS spend_usd,
-    a.allocated AS allocated_usd,
-    greatest(s.spend_usd - a.allocated, 0) AS idle_usd,
-    a.unattributed AS unattributed_usd,
-    a.unspanned AS unspanned_usd,
-    toUInt32(a.calls_active) AS calls_active,
-    toUInt32(a.n_requests) AS requests,
-    toUInt64(a.p_tokens) AS prompt_tokens,
-    toUInt64(a.c_tokens) AS cached_tokens,
-    toUInt64(a.c_est_tokens) AS cached_estimated_tokens,
-    toUInt64(a.o_tokens) AS output_tokens,
-    a.minute_work AS work,
-    a.minute_gap_work AS gap_work,
-    a.capacity AS capacity_work,
-    a.capacity_src AS capacity_source,
-    if(a.n_ttft > 0, a.ttft_q[1], NULL) AS ttft_p50_s,
-    if(a.n_ttft > 0, a.ttft_q[2], NULL) AS ttft_p90_s,
-    if(a.n_ttft > 0, a.ttft_q[3], NULL) AS ttft_p99_s,
-    if(a.n_itl > 0, a.itl_q[1], NULL) AS itl_p50_s,
-    if(a.n_itl > 0, a.itl_q[2], NULL) AS itl_p99_s,
-    if(a.n_e2e > 0, a.e2e_q[1], NULL) AS e2e_p50_s,
-    if(a.n_e2e > 0, a.e2e_q[2], NULL) AS e2e_p90_s,
-    if(a.n_e2e > 0, a.e2e_q[3], NULL) AS e2e_p99_s,
-    s.queue_waiting_avg AS queue_waiting_avg,
-    s.queue_waiting_max AS queue_waiting_max,
-    s.running_avg AS running_avg,
-    s.kv_usage_avg AS kv_usage_avg,
-    s.kv_usage_max AS kv_usage_max,
-    s.saturated AS saturated,
-    r.counter_prompt_tokens AS counter_prompt_tokens,
-    r.counter_generation_tokens AS counter_generation_tokens,
-    r.counter_cached_tokens AS counter_cached_tokens,
-    r.hit_rate AS counter_hit_rate,
-    r.preemptions AS preemptions,
-    if(r.replica = '', NULL, r.counted_tokens) AS counted_tokens,
-    if(r.counter_prompt_tokens IS NULL AND r.counter_generation_tokens IS NULL, NULL,
-       ifNull(r.counter_prompt_tokens, 0) + ifNull(r.counter_generation_tokens, 0) - r.counted_tokens) AS token_gap,
-    toDateTime(now(), 'UTC') AS computed_at
-FROM job_replica_spend(ws = {ws:DateTime}, we = {we:DateTime}, run_id = {run_id:UInt64}) AS s
-LEFT JOIN alloc AS a ON a.replica = s.replica AND a.minute = s.minute
-LEFT JOIN rec AS r ON r.replica = s.replica AND r.minute = s.minute;
-
--- 2a. Engine counters per replica-minute of [ws, we) (with the covered span of a restarted
--- series and the cached prompt tokens by source).
+-- Step 1a. Engine counters: what each replica's vLLM counters say it did per minute.
+-- Per replica-minute of [ws, we), with the span a restarted series covers and the cached prompt tokens by source.
 CREATE VIEW IF NOT EXISTS job_engine_counters AS
 WITH
     {ws:DateTime} AS ws,
@@ -416,7 +89,74 @@ LEFT JOIN covers AS cv ON cv.replica = i.replica AND cv.minute = toStartOfMinute
 WHERE i.ts >= ws AND NOT isNaN(i.increase)
 GROUP BY replica, minute;
 
--- 1. Resolved calls: derived task context; engine spans joined by containment as well.
+-- Step 1b. Gauges: each replica-minute's queue, running requests, KV use, saturation and whether it was up.
+CREATE VIEW IF NOT EXISTS job_replica_gauges AS
+WITH
+    {ws:DateTime} AS ws,
+    {we:DateTime} AS we,
+    per_engine AS (
+        SELECT ResourceAttributes['service.instance.id'] AS replica, TimeUnix AS ts, Attributes['engine'] AS engine,
+               sumIf(Value, MetricName = 'vllm:num_requests_waiting') AS waiting,
+               countIf(MetricName = 'vllm:num_requests_waiting') AS n_waiting,
+               sumIf(Value, MetricName = 'vllm:num_requests_waiting_by_reason' AND Attributes['reason'] = 'capacity')
+                   AS waiting_capacity,
+               countIf(MetricName = 'vllm:num_requests_waiting_by_reason' AND Attributes['reason'] = 'capacity')
+                   AS n_waiting_capacity,
+               sumIf(Value, MetricName = 'vllm:num_requests_running') AS running,
+               countIf(MetricName = 'vllm:num_requests_running') AS n_running,
+               anyIf(Value, MetricName IN ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')) AS kv,
+               countIf(MetricName IN ('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc')) AS n_kv,
+               ifNull(anyIf(toFloat64OrNull(Attributes['num_gpu_blocks']), MetricName = 'vllm:cache_config_info'), 1)
+                   AS kv_blocks,
+               countIf(NOT (MetricName = 'up' AND Value = 0)) AS n_ok
+        FROM otel_metrics_gauge
+        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
+        GROUP BY replica, ts, engine
+    ),
+    per_scrape AS (
+        SELECT replica, ts,
+               if(sum(n_waiting) > 0, sum(waiting), NULL) AS s_waiting,
+               if(sum(n_waiting_capacity) > 0, sum(waiting_capacity), NULL) AS s_waiting_capacity,
+               if(sum(n_running) > 0, sum(running), NULL) AS s_running,
+               if(sumIf(kv_blocks, n_kv > 0) > 0, sumIf(kv * kv_blocks, n_kv > 0) / sumIf(kv_blocks, n_kv > 0), NULL) AS s_kv,
+               sum(n_ok) > 0 AS ok
+        FROM per_engine
+        GROUP BY replica, ts
+    ),
+    other_points AS (
+        SELECT ResourceAttributes['service.instance.id'] AS replica, toStartOfMinute(TimeUnix) AS minute
+        FROM otel_metrics_sum
+        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
+        GROUP BY replica, minute
+        UNION DISTINCT
+        SELECT ResourceAttributes['service.instance.id'] AS replica, toStartOfMinute(TimeUnix) AS minute
+        FROM otel_metrics_histogram
+        WHERE TimeUnix >= ws AND TimeUnix < we AND ResourceAttributes['service.instance.id'] != ''
+        GROUP BY replica, minute
+    ),
+    gauge_minutes AS (
+        SELECT replica, toStartOfMinute(ts) AS minute,
+               max(ok) AS scraped,
+               avg(s_waiting) AS queue_waiting_avg, max(s_waiting) AS queue_waiting_max,
+               avg(s_running) AS running_avg, avg(s_kv) AS kv_usage_avg, max(s_kv) AS kv_usage_max,
+               ifNull(avg(coalesce(s_waiting_capacity, s_waiting)), 0) > 0 AS sat
+        FROM per_scrape
+        GROUP BY replica, minute
+    )
+SELECT
+    if(gm.replica != '', gm.replica, op.replica) AS replica,
+    if(gm.replica != '', gm.minute, op.minute) AS minute,
+    toUInt8(ifNull(gm.scraped, 0) OR op.replica != '') AS up_metrics,
+    gm.queue_waiting_avg AS queue_waiting_avg, gm.queue_waiting_max AS queue_waiting_max,
+    gm.running_avg AS running_avg, gm.kv_usage_avg AS kv_usage_avg, gm.kv_usage_max AS kv_usage_max,
+    toUInt8(ifNull(gm.sat, 0)) AS saturated
+-- each (replica, minute) with gauges or other points once: both sides are grouped by it
+FROM gauge_minutes AS gm
+FULL OUTER JOIN other_points AS op ON op.replica = gm.replica AND op.minute = gm.minute;
+
+-- Step 1c. Calls: llm_calls rows grouped into units of GPU work, each field from its best evidence, with task context.
+-- Task context explicit (task.id) or derived from the trace's root; engine spans joined to their client
+-- call by response id, parent link or containment.
 CREATE VIEW IF NOT EXISTS job_resolved_calls AS
 WITH
     {ws:DateTime} AS ws,
@@ -686,7 +426,86 @@ SELECT
 FROM estimated
 WHERE t_start < we AND (t_end > ws OR t_start >= ws);
 
--- 2. call_costs rows: a derived task's outcome, type and tenant from its root.
+-- Step 2. Reconciliation: per replica-minute, the calls' work against the counters (the gap work no span explains).
+CREATE VIEW IF NOT EXISTS job_reconciliation AS
+WITH
+    {ws:DateTime} AS ws,
+    {we:DateTime} AS we,
+    {run_id:UInt64} AS p_run_id,
+    (SELECT argMax(w_prefill, synced_at) FROM cost_settings) AS w_prefill,
+    (SELECT argMax(w_decode, synced_at) FROM cost_settings) AS w_decode,
+    -- the run's engine counters and gauges, materialized once (engine_counters_live / _runs,
+    -- replica_gauges_live / _runs): not expanded here
+    counters AS (
+        SELECT * FROM engine_counters_live WHERE p_run_id = 0
+        UNION ALL
+        SELECT * EXCEPT (run_id, written_at) FROM engine_counters_runs WHERE run_id = p_run_id AND p_run_id != 0
+    ),
+    calls AS (
+        SELECT replica, start_time, end_time, ttft_s, prompt_tokens, output_tokens, call_work FROM resolved_calls_live
+        WHERE p_run_id = 0 AND replica != ''
+        UNION ALL
+        SELECT replica, start_time, end_time, ttft_s, prompt_tokens, output_tokens, call_work FROM resolved_calls_runs
+        WHERE run_id = p_run_id AND p_run_id != 0 AND replica != ''
+    ),
+    passes AS (
+        SELECT c.replica AS replica, minute,
+               toUnixTimestamp64Nano(c.start_time) AS s_ns,
+               greatest(toUnixTimestamp64Nano(c.end_time), s_ns) AS e_ns,
+               toInt64(toUnixTimestamp(minute)) * 1000000000 AS m_ns,
+               e_ns - s_ns AS dur_ns,
+               multiIf(dur_ns = 0, if(minute = toStartOfMinute(c.start_time), 1.0, 0.0),
+                       greatest(least(e_ns, m_ns + 60000000000) - greatest(s_ns, m_ns), 0) / dur_ns) AS share,
+               least(s_ns + toInt64(ifNull(c.ttft_s, 0) * 1e9), e_ns) AS ft_ns,
+               toUnixTimestamp64Nano(k.covers_from) AS a_ns,
+               toUnixTimestamp64Nano(k.covers_to) AS b_ns,
+               k.replica != '' AS has_counters,
+               if(has_counters AND ft_ns > a_ns AND ft_ns <= b_ns, c.prompt_tokens, 0) AS counted_prompt,
+               if(NOT has_counters, 0,
+                  c.output_tokens * if(e_ns > ft_ns, greatest(least(e_ns, b_ns) - greatest(ft_ns, a_ns), 0) / (e_ns - ft_ns),
+                                       if(e_ns > a_ns AND e_ns <= b_ns, 1.0, 0.0))) AS counted_output,
+               c.call_work * share AS piece_work
+        FROM calls AS c
+        ARRAY JOIN arrayMap(i -> toDateTime(toStartOfMinute(c.start_time), 'UTC') + i * 60,
+                            range(toUInt64(dateDiff('minute', toStartOfMinute(c.start_time), toStartOfMinute(c.end_time)) + 2)))
+            AS minute
+        LEFT JOIN (SELECT replica, minute, covers_from, covers_to FROM counters) AS k
+            ON k.replica = c.replica AND k.minute = minute
+        WHERE minute >= ws AND minute < we
+    ),
+    per_minute AS (
+        SELECT replica AS pm_replica, minute AS pm_minute, sum(piece_work) AS pm_work,
+               sum(counted_prompt) AS pm_prompt, sum(counted_output) AS pm_output
+        FROM passes GROUP BY replica, minute
+    ),
+    gauges AS (SELECT replica AS g_replica, minute AS g_minute, saturated AS g_saturated FROM replica_gauges_live
+               WHERE p_run_id = 0
+               UNION ALL
+               SELECT replica, minute, saturated FROM replica_gauges_runs WHERE run_id = p_run_id AND p_run_id != 0)
+SELECT
+    if(ct.replica != '', ct.replica, pm.pm_replica) AS replica,
+    toDateTime(if(ct.replica != '', ct.minute, pm.pm_minute), 'UTC') AS minute,
+    ct.covers_from AS covers_from, ct.covers_to AS covers_to,
+    if(ct.n_prompt > 0, ct.prompt_increase, NULL) AS counter_prompt_tokens,
+    if(ct.n_generation > 0, ct.generation_increase, NULL) AS counter_generation_tokens,
+    multiIf(ct.n_cached > 0, ct.cached_increase, ct.n_queries > 0, ct.hits_increase, NULL) AS counter_cached_tokens,
+    ct.hit_rate AS hit_rate,
+    if(ct.n_preemptions > 0, ct.preemptions_increase, NULL) AS preemptions,
+    pm.pm_prompt + pm.pm_output AS counted_tokens,
+    if(ct.n_prompt > 0, greatest(ct.prompt_increase - pm.pm_prompt, 0), 0) AS residual_prompt,
+    if(ct.n_generation > 0, greatest(ct.generation_increase - pm.pm_output, 0), 0) AS residual_output,
+    w_prefill * residual_prompt * (1 - ifNull(ct.hit_rate, 0)) + w_decode * residual_output AS gap_work,
+    pm.pm_work AS span_work,
+    span_work + gap_work AS total_work,
+    toUInt8(g.g_saturated) AS saturated
+-- each (replica, minute) with counters or call pieces once: both sides are grouped by it
+FROM counters AS ct
+FULL OUTER JOIN per_minute AS pm ON pm.pm_replica = ct.replica AND pm.pm_minute = ct.minute
+LEFT JOIN gauges AS g ON g.g_replica = if(ct.replica != '', ct.replica, pm.pm_replica)
+                    AND g.g_minute = if(ct.replica != '', ct.minute, pm.pm_minute);
+
+-- Step 3. Allocation: each call split into the minutes it overlaps, priced, and given its category -> call_costs.
+-- A derived task's outcome, type and tenant come from its root.
 CREATE VIEW IF NOT EXISTS job_call_costs AS
 WITH
     {ws:DateTime} AS ws,
@@ -906,7 +725,174 @@ SELECT
     toDateTime(now(), 'UTC') AS computed_at
 FROM sized AS s;
 
--- 3. tasks: derived roots, their outcome, and where each task's context came from.
+-- Step 4a. Spend: each replica-minute's GPU spend at the prices valid in it.
+CREATE VIEW IF NOT EXISTS job_replica_spend AS
+WITH
+    {ws:DateTime} AS ws,
+    {we:DateTime} AS we,
+    {run_id:UInt64} AS p_run_id,
+    (SELECT argMax(default_gpu_type, synced_at) FROM cost_settings) AS default_gpu_type,
+    (SELECT argMax(default_gpu_count, synced_at) FROM cost_settings) AS default_gpu_count,
+    gauges AS (
+        SELECT * FROM replica_gauges_live WHERE p_run_id = 0
+        UNION ALL
+        SELECT * EXCEPT (run_id, written_at) FROM replica_gauges_runs WHERE run_id = p_run_id AND p_run_id != 0
+    ),
+    work_minutes AS (
+        SELECT replica AS wm_replica, minute AS wm_minute FROM call_costs
+        WHERE minute >= ws AND minute < we AND replica != '' AND work > 0
+        GROUP BY replica, minute
+    ),
+    reserved_minutes AS (
+        SELECT replica, minute FROM replicas
+        ARRAY JOIN arrayMap(i -> ws + i * 60, range(toUInt64(dateDiff('minute', ws, we)))) AS minute
+        WHERE billing = 'reserved'
+    ),
+    -- the gauges and the work minutes joined once (both grouped by replica and minute), then the
+    -- reserved minutes; a key is a minute up by the gauges, with work, or reserved
+    gauges_work AS (
+        SELECT if(g.replica != '', g.replica, wm.wm_replica) AS gw_replica,
+               toDateTime(if(g.replica != '', g.minute, wm.wm_minute), 'UTC') AS gw_minute,
+               g.up_metrics AS up_metrics, toUInt8(wm.wm_replica != '') AS up_spans,
+               g.queue_waiting_avg AS queue_waiting_avg, g.queue_waiting_max AS queue_waiting_max,
+               g.running_avg AS running_avg, g.kv_usage_avg AS kv_usage_avg, g.kv_usage_max AS kv_usage_max,
+               g.saturated AS saturated
+        FROM gauges AS g
+        FULL OUTER JOIN work_minutes AS wm ON wm.wm_replica = g.replica AND wm.wm_minute = g.minute
+    ),
+    keys AS (
+        SELECT if(gw.gw_replica != '', gw.gw_replica, rs.replica) AS replica,
+               toDateTime(if(gw.gw_replica != '', gw.gw_minute, rs.minute), 'UTC') AS minute,
+               gw.up_metrics AS up_metrics, gw.up_spans AS up_spans,
+               gw.queue_waiting_avg AS queue_waiting_avg, gw.queue_waiting_max AS queue_waiting_max,
+               gw.running_avg AS running_avg, gw.kv_usage_avg AS kv_usage_avg, gw.kv_usage_max AS kv_usage_max,
+               gw.saturated AS saturated
+        FROM gauges_work AS gw
+        FULL OUTER JOIN (SELECT DISTINCT replica, minute FROM reserved_minutes) AS rs
+            ON rs.replica = gw.gw_replica AND rs.minute = gw.gw_minute
+        WHERE gw.up_metrics = 1 OR gw.up_spans = 1 OR rs.replica != ''
+    ),
+    fleet AS (
+        SELECT replica AS f_replica, gpu_type AS f_gpu_type, gpu_count AS f_gpu_count, billing AS f_billing FROM replicas
+    ),
+    price_arrays AS (
+        SELECT gpu_type AS pa_type,
+               arraySort(x -> x.1, groupArray((toInt64(toUnixTimestamp(valid_from)), usd_per_gpu_hour))) AS pa
+        FROM gpu_prices GROUP BY gpu_type
+    ),
+    sized AS (
+        SELECT k.replica AS replica, k.minute AS minute, toInt64(toUnixTimestamp(k.minute)) AS m_s,
+               toUInt8(f.f_replica != '') AS in_fleet,
+               if(in_fleet, f.f_gpu_type, default_gpu_type) AS fleet_gpu_type,
+               if(in_fleet, f.f_gpu_count, default_gpu_count) AS fleet_gpu_count,
+               if(in_fleet AND f.f_billing = 'reserved', 'reserved', 'on_demand') AS billing,
+               k.up_metrics AS up_metrics, k.up_spans AS up_spans,
+               k.queue_waiting_avg AS queue_waiting_avg, k.queue_waiting_max AS queue_waiting_max,
+               k.running_avg AS running_avg, k.kv_usage_avg AS kv_usage_avg, k.kv_usage_max AS kv_usage_max,
+               k.saturated AS saturated, pa.pa AS prices
+        FROM keys AS k
+        LEFT JOIN fleet AS f ON f.f_replica = k.replica
+        LEFT JOIN price_arrays AS pa ON pa.pa_type = if(f.f_replica != '', f.f_gpu_type, default_gpu_type)
+    )
+SELECT
+    replica, minute, fleet_gpu_type AS gpu_type, toUInt16(fleet_gpu_count) AS gpu_count,
+    -- USD per GPU in this minute: each price segment's seconds inside it
+    if(length(prices) = 0, 0,
+       arraySum(arrayMap(i -> prices[i].2 * greatest(0,
+           least(m_s + 60, if(i < length(prices), prices[i + 1].1, m_s + 60)) - greatest(m_s, prices[i].1)),
+           arrayEnumerate(prices))) / 3600) AS usd_per_gpu_minute,
+    usd_per_gpu_minute * 60 AS usd_per_gpu_hour,
+    in_fleet, billing,
+    toUInt8(arrayExists(x -> x.1 < m_s + 60, prices)) AS priced,
+    toUInt8(up_metrics) AS up_metrics, up_spans, toUInt8(up_metrics OR up_spans) AS up,
+    fleet_gpu_count * usd_per_gpu_minute AS spend_usd,
+    queue_waiting_avg, queue_waiting_max, running_avg, kv_usage_avg, kv_usage_max, toUInt8(saturated) AS saturated
+FROM sized;
+
+-- Step 4b. Replica-minutes: spend, allocated, idle, tokens and gauges per replica-minute -> replica_minutes.
+CREATE VIEW IF NOT EXISTS job_replica_minutes AS
+WITH
+    {ws:DateTime} AS ws,
+    {we:DateTime} AS we,
+    alloc AS (
+        SELECT replica, minute,
+               sum(cost_usd) AS allocated,
+               sumIf(cost_usd, category = 'unattributed') AS unattributed,
+               sumIf(cost_usd, category = 'unspanned') AS unspanned,
+               countIf(call_source != 'unspanned') AS calls_active,
+               sum(requests) AS n_requests,
+               sum(prompt_tokens) AS p_tokens,
+               sum(cached_tokens) AS c_tokens,
+               sumIf(cached_tokens, cached_estimated = 1) AS c_est_tokens,
+               sum(output_tokens) AS o_tokens,
+               sum(work) AS minute_work,
+               sum(gap_work) AS minute_gap_work,
+               any(capacity_work) AS capacity,
+               any(capacity_source) AS capacity_src,
+               quantilesExactIf(0.5, 0.9, 0.99)(ttft_s, first_piece = 1 AND call_source = 'engine' AND ttft_s IS NOT NULL) AS ttft_q,
+               quantilesExactIf(0.5, 0.99)(if(output_tokens > 1 AND ttft_s IS NOT NULL, (e2e_s - ttft_s) / (output_tokens - 1), nan),
+                                           first_piece = 1 AND call_source = 'engine' AND output_tokens > 1 AND ttft_s IS NOT NULL) AS itl_q,
+               quantilesExactIf(0.5, 0.9, 0.99)(e2e_s, first_piece = 1 AND call_source = 'engine') AS e2e_q,
+               countIf(first_piece = 1 AND call_source = 'engine' AND ttft_s IS NOT NULL) AS n_ttft,
+               countIf(first_piece = 1 AND call_source = 'engine' AND output_tokens > 1 AND ttft_s IS NOT NULL) AS n_itl,
+               countIf(first_piece = 1 AND call_source = 'engine') AS n_e2e
+        FROM call_costs
+        WHERE minute >= ws AND minute < we AND replica != ''
+        GROUP BY replica, minute
+    ),
+    rec AS (
+        SELECT * FROM reconciliation_live WHERE {run_id:UInt64} = 0
+        UNION ALL
+        SELECT * EXCEPT (run_id, written_at) FROM reconciliation_runs WHERE run_id = {run_id:UInt64} AND {run_id:UInt64} != 0
+    )
+SELECT
+    s.minute AS minute, s.replica AS replica, s.gpu_type AS gpu_type, s.gpu_count AS gpu_count,
+    s.usd_per_gpu_hour AS usd_per_gpu_hour, s.in_fleet AS in_fleet, s.billing AS billing, s.priced AS priced,
+    s.up_metrics AS up_metrics, s.up_spans AS up_spans, s.up AS up,
+    s.spend_usd AS spend_usd,
+    a.allocated AS allocated_usd,
+    greatest(s.spend_usd - a.allocated, 0) AS idle_usd,
+    a.unattributed AS unattributed_usd,
+    a.unspanned AS unspanned_usd,
+    toUInt32(a.calls_active) AS calls_active,
+    toUInt32(a.n_requests) AS requests,
+    toUInt64(a.p_tokens) AS prompt_tokens,
+    toUInt64(a.c_tokens) AS cached_tokens,
+    toUInt64(a.c_est_tokens) AS cached_estimated_tokens,
+    toUInt64(a.o_tokens) AS output_tokens,
+    a.minute_work AS work,
+    a.minute_gap_work AS gap_work,
+    a.capacity AS capacity_work,
+    a.capacity_src AS capacity_source,
+    if(a.n_ttft > 0, a.ttft_q[1], NULL) AS ttft_p50_s,
+    if(a.n_ttft > 0, a.ttft_q[2], NULL) AS ttft_p90_s,
+    if(a.n_ttft > 0, a.ttft_q[3], NULL) AS ttft_p99_s,
+    if(a.n_itl > 0, a.itl_q[1], NULL) AS itl_p50_s,
+    if(a.n_itl > 0, a.itl_q[2], NULL) AS itl_p99_s,
+    if(a.n_e2e > 0, a.e2e_q[1], NULL) AS e2e_p50_s,
+    if(a.n_e2e > 0, a.e2e_q[2], NULL) AS e2e_p90_s,
+    if(a.n_e2e > 0, a.e2e_q[3], NULL) AS e2e_p99_s,
+    s.queue_waiting_avg AS queue_waiting_avg,
+    s.queue_waiting_max AS queue_waiting_max,
+    s.running_avg AS running_avg,
+    s.kv_usage_avg AS kv_usage_avg,
+    s.kv_usage_max AS kv_usage_max,
+    s.saturated AS saturated,
+    r.counter_prompt_tokens AS counter_prompt_tokens,
+    r.counter_generation_tokens AS counter_generation_tokens,
+    r.counter_cached_tokens AS counter_cached_tokens,
+    r.hit_rate AS counter_hit_rate,
+    r.preemptions AS preemptions,
+    if(r.replica = '', NULL, r.counted_tokens) AS counted_tokens,
+    if(r.counter_prompt_tokens IS NULL AND r.counter_generation_tokens IS NULL, NULL,
+       ifNull(r.counter_prompt_tokens, 0) + ifNull(r.counter_generation_tokens, 0) - r.counted_tokens) AS token_gap,
+    toDateTime(now(), 'UTC') AS computed_at
+FROM job_replica_spend(ws = {ws:DateTime}, we = {we:DateTime}, run_id = {run_id:UInt64}) AS s
+LEFT JOIN alloc AS a ON a.replica = s.replica AND a.minute = s.minute
+LEFT JOIN rec AS r ON r.replica = s.replica AND r.minute = s.minute;
+
+-- Step 5. Tasks: each task's outcome and its cost by category -> tasks.
+-- Derived roots too, with where each task's context came from.
 CREATE VIEW IF NOT EXISTS job_tasks AS
 WITH
     {ws:DateTime} AS ws,
@@ -1099,3 +1085,26 @@ FROM per_task AS pt
 LEFT JOIN slos AS sl ON sl.s_type = if(pt.t_r_type != '', pt.t_r_type, pt.t_c_type)
 -- a root span of a trace without task context is a task only when its trace made model calls
 WHERE NOT (pt.t_has_root AND pt.t_r_source != 'sdk' AND pt.n_calls = 0);
+
+-- After the rollups: the triangle's blocks of hours that are due.
+-- The blocks the rollup step writes for a run over [ws, we): those overlapping it whose every hour
+-- has a complete rollup and whose current hour versions no mark names yet (d_versions in hour order).
+CREATE VIEW IF NOT EXISTS job_triangle_blocks_due AS
+WITH toStartOfDay(toStartOfHour({ws:DateTime})) AS b0,
+     toStartOfDay(toStartOfHour({we:DateTime} - INTERVAL 1 SECOND)) + INTERVAL 1 DAY AS b_end
+SELECT d_seconds, d_start, d_versions
+FROM (SELECT s AS d_seconds,
+             if(s = 21600, toStartOfInterval(hour, toIntervalSecond(21600)),
+                toStartOfInterval(hour, toIntervalSecond(86400))) AS d_start,
+             arrayMap(x -> x.2, arraySort(groupArray((hour, newest)))) AS d_versions
+      FROM (SELECT hour, max(version) AS newest FROM cost_rollup_hours
+            WHERE hour >= b0 AND hour < b_end
+            GROUP BY hour HAVING argMax(complete, version) = 1)
+      ARRAY JOIN [toUInt32(21600), toUInt32(86400)] AS s
+      GROUP BY d_seconds, d_start
+      HAVING length(d_versions) = intDiv(d_seconds, 3600)
+         AND d_start + toIntervalSecond(d_seconds) > toStartOfHour({ws:DateTime})
+         AND d_start < {we:DateTime})
+WHERE (d_seconds, d_start, d_versions) NOT IN (
+    SELECT block_seconds, block_start, hour_versions FROM cost_triangle_block_marks
+    WHERE block_start >= b0 AND block_start < b_end);

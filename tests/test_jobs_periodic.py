@@ -20,7 +20,7 @@ from schema.store_errors import StoreQueryError
 from tests import test_cost_support as support
 from tests.test_cost_support import Spans, fleet_yaml, metrics_up, sync
 
-# the seven steps that run a job view (migrations 0014, 0064, 0240)
+# the seven steps that run a job view
 WRITTEN_OUT = {"cost_resolved_calls_mv": "job_resolved_calls", "cost_engine_counters_mv": "job_engine_counters",
                "cost_replica_gauges_mv": "job_replica_gauges", "cost_reconciliation_mv": "job_reconciliation",
                "cost_call_costs_mv": "job_call_costs", "cost_replica_minutes_mv": "job_replica_minutes",

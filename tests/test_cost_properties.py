@@ -274,6 +274,14 @@ def test_conservation_and_category_exclusivity(_module_store, first):
             _check(store, slot, example, ids, rm_all, pieces_all, tasks_all)
         except AssertionError as e:
             raise AssertionError(f"example {first + slot.k}: {example!r}") from e
+    # the whole run, one row and by group: the groups' spend adds up to the fleet's, which is the
+    # replica-minutes' (a summary per group and example would double the run time)
+    s = cost.period_summary(store, at(0), at(BATCH * SLOT_S)).iloc[0]
+    assert _close(s["spend_usd"], float(rm_all["spend_usd"].sum()))
+    assert _close(s["allocated_usd"] + s["idle_usd"], s["spend_usd"])
+    for by in ("task_type", "replica"):
+        grouped = cost.period_summary(store, at(0), at(BATCH * SLOT_S), by=by)
+        assert _close(float(grouped["spend_usd"].sum()), s["spend_usd"]), by
 
 
 def _check(store, slot: Slot, example: dict, ids, rm_all, pieces_all, tasks_all) -> None:
@@ -284,6 +292,33 @@ def _check(store, slot: Slot, example: dict, ids, rm_all, pieces_all, tasks_all)
     mine = {slot.task(t) for t in TASKS} | set(pieces.loc[pieces["task_id"] != "", "task_id"])
     tasks = tasks_all[tasks_all["task_id"].isin(mine)]
     spend = float(rm["spend_usd"].sum())
+
+    # spend by hand: a replica-minute costs price x GPUs / 60 (the drawn price, or the new one from its
+    # minute on; a replica missing from fleet.yaml, rx or an r<i> the example drew no fleet entry for:
+    # GX, $2.50 x 2 GPUs). Billed minutes: a reserved
+    # replica's are every minute of the run; an on-demand one's those it was scraped in (gauges, or
+    # counters beside them), and those a call that names it ran in (up by its spans)
+    batch_minutes = set(range(-slot.offset // 60, (BATCH * SLOT_S - slot.offset) // 60))
+    for replica, group in rm.groupby("replica"):
+        name = replica[len(f"e{slot.k}"):]
+        minutes = {int((m - slot.at(0)).total_seconds()) // 60 for m in group["minute"]}
+        spans = {m for c in calls if c["replica"] == name and c["shape"] != "client_only"
+                 for m in range((c["start"] - 1) // 60, (c["start"] + c["duration"] + 1) // 60 + 1)}
+        if name == "rx" or int(name[1:]) >= len(example["replicas"]):
+            prices = {m: 2.5 * 2 / 60 for m in minutes}
+            assert minutes <= spans, (replica, minutes, spans)
+        else:
+            rep = example["replicas"][int(name[1:])]
+            scraped = (rep["up"] | set(rep["counters"])) if rep["up"] else set()
+            prices = {m: (rep["new_price"][1] if rep["new_price"] and m >= rep["new_price"][0] else rep["price"])
+                      * rep["gpu_count"] / 60 for m in minutes}
+            if rep["billing"] == "reserved":
+                assert minutes == batch_minutes, replica
+            else:
+                assert scraped <= minutes <= scraped | spans, (replica, minutes, scraped, spans)
+        for row in group.itertuples():
+            minute = int((row.minute - slot.at(0)).total_seconds()) // 60
+            assert _close(row.spend_usd, prices[minute]), (row, prices[minute])
 
     # conservation: allocated + idle == spend for every replica-minute, and allocated == its pieces' cost
     piece_sums = pieces.groupby(["replica", "minute"])["cost_usd"].sum().to_dict() if len(pieces) else {}
@@ -352,9 +387,6 @@ def _check(store, slot: Slot, example: dict, ids, rm_all, pieces_all, tasks_all)
     parts = (s["useful_usd"] + s["retry_waste_usd"] + s["failed_task_waste_usd"] + s["pending_usd"]
              + s["unattributed_usd"] + s["unspanned_usd"] + s["idle_usd"])
     assert _close(parts, s["spend_usd"])
-    grouped = cost.period_summary(store, slot.at(60 * a), slot.at(60 * b), by="task_type")
-    if len(grouped) and s["allocated_usd"] > 0:
-        assert _close(float(grouped["spend_usd"].sum()), s["spend_usd"])
 
 
 @pytest.mark.parametrize("shape", SHAPES)

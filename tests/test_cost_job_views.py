@@ -286,3 +286,31 @@ def test_scratch_tables_hold_the_views_rows(cstore, lo, hi):
         assert (r3["minute"], r3["up_metrics"]) == (_m(1), 0)
         r2 = one(gauges[(gauges["replica"] == "r2") & (gauges["minute"] == _m(10))])
         assert r2["up_metrics"] == 1 and math.isnan(r2["queue_waiting_avg"])
+
+
+@pytest.mark.parametrize("lo, hi", [(60, 180), (120, 1200)])
+def test_a_window_that_cuts_the_scenario_gives_its_minutes_rows(cstore, lo, hi):
+    """The reconciliation and the spend of a window are the hand-worked rows of its minutes: the
+    counters of its first minute read the scrape before it (minute 1's +1200 prompt tokens are the
+    increase since 45 s), and a reserved replica is billed every minute of it."""
+    scenario(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(1200))
+    p = {"ws": at(lo), "we": at(hi), "run_id": RUN_ID}
+    inside = range(lo // 60, hi // 60)
+    fill_scratch(cstore, p)
+    try:
+        rec = _by(rows(cstore, f"SELECT * FROM job_reconciliation({RUN})", p, ["replica", "minute"]),
+                  ["replica", "minute"])
+        spend = rows(cstore, f"SELECT * FROM job_replica_spend({RUN})", p, ["replica", "minute"])
+    finally:
+        drop_scratch(cstore, p)
+    for (replica, minute), (counter, res_prompt, res_output, gap, span, total) in RECONCILIATION.items():
+        if minute in inside:
+            r = rec[(replica, _m(minute))]
+            assert (r["gap_work"], r["span_work"], r["total_work"]) == (_approx(gap), _approx(span), _approx(total))
+            assert (r["residual_prompt"], r["residual_output"]) == (res_prompt, res_output)
+    assert sum(r["total_work"] for r in rec.values()) == pytest.approx(
+        sum(v[5] for (_, minute), v in RECONCILIATION.items() if minute in inside), **EXACT)
+    assert {(r["replica"], r["minute"]): (r["up"], r["spend_usd"]) for r in spend.to_dict("records")} == {
+        (replica, _m(minute)): (v[0], pytest.approx(0.06, **EXACT))
+        for (replica, minute), v in MINUTES.items() if minute in inside}

@@ -17,9 +17,9 @@ from tests.test_cost_support import Spans, clear_of_the_schedule, fleet_yaml, me
 
 
 def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
-    # The chain is driven by hand (jobs.refresh runs a stopped chain once): a scheduled run firing
-    # between the fleet sync and the spans would copy minute 1 before its spans arrived (the next test).
-    clear_of_the_schedule(seconds=30)
+    # The chain is driven by hand (jobs.refresh runs a stopped chain once). A minute starting while it is
+    # stopped makes the schedule's missed run fire beside a refresh: every figure below is the same after
+    # one run or two (each minute is read from exactly one table; a copy moves a minute once).
     jobs.stop(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
     base = now - timedelta(minutes=25)
@@ -43,7 +43,7 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
     assert len(clock) == 1 and clock[0][2] == 1800 and clock[0][1] >= now
     # first run: everything is computed into the live tables
     assert store.scalar("SELECT count() FROM call_costs_live", tag="test") == 3
-    # the chain carries the error taxonomy (0061): the failed attempt broke its stream
+    # the chain carries the error taxonomy: the failed attempt broke its stream
     assert store.query("SELECT error_class, count() FROM call_costs_live GROUP BY error_class ORDER BY error_class",
                        tag="test").result_rows == [("", 2), ("upstream_error", 1)]
     s = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
@@ -79,9 +79,14 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
 
 def test_rows_arriving_after_a_run_for_a_minute_the_next_copy_moves_are_marked_late(store, monkeypatch):
     """The copy step moves the *_live rows the previous run computed. Spans and scrapes of a minute 24 min
-    old that arrive after that run are not in them; they are newer than the watermark, so before migration
-    0500 nothing marked them and the minute reached history without them for good. They are marked at
-    ingest now (below the next copy's cutoff + 1 minute), and recompute_late puts them into history."""
+    old that arrive after that run are not in them; they are newer than the watermark, and a minute marked
+    by nothing would reach history without them for good. They are marked at ingest (below the next
+    copy's cutoff + 1 minute), and recompute_late puts them into history.
+
+    The case needs exactly one chain run before the data: a second (the schedule's missed run, fired
+    when a minute starts while the chain is stopped) copies and raises the watermark past the minute.
+    The chain's clock is the store's ``now()`` (``cost_clock_mv``), which no test can set, so this test
+    alone still starts clear of the minute's start."""
     clear_of_the_schedule(seconds=30)
     jobs.stop(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)

@@ -3,8 +3,8 @@ chunk's steps, the scheduler, and the same history rows as one worker in chunk o
 
 from __future__ import annotations
 
+import itertools
 import threading
-import time
 from datetime import datetime, timedelta
 
 import pandas.testing as pdt
@@ -70,22 +70,29 @@ class _Client:
 def test_run_plan_waits_for_dependencies_and_overlaps_independent_steps():
     tasks = plan(_chunks(3))
     events, lock, clones = {}, threading.Lock(), []
+    order = itertools.count()  # starts and ends in the order they happened, no clock
+    # the first two steps to start wait for each other: both run at once, or a scheduler running one
+    # step at a time never lets the second start (the barrier breaks after 30 s and the run fails)
+    meet, first = threading.Barrier(2, timeout=30), []
 
     def execute(client, task):
         with lock:
-            events[task.key] = [time.perf_counter(), None]
-        time.sleep(0.02)
+            events[task.key] = [next(order), None]
+            waits = len(first) < 2
+            if waits:
+                first.append(task.key)
+        if waits:
+            meet.wait()
         with lock:
-            events[task.key][1] = time.perf_counter()
+            events[task.key][1] = next(order)
 
     run_plan(_Client(clones), tasks, execute, workers=2)
     assert set(events) == {t.key for t in tasks}
     for task in tasks:
         for dep in task.deps:
-            assert events[dep][1] <= events[task.key][0], (task.key, dep)
-    overlapping = [(a, b) for a in events for b in events if a < b
-                   and events[a][0] < events[b][1] and events[b][0] < events[a][1]]
-    assert overlapping  # e.g. replica_minutes beside tasks of the same chunk
+            assert events[dep][1] < events[task.key][0], (task.key, dep)
+    a, b = first
+    assert events[a][0] < events[b][1] and events[b][0] < events[a][1]  # they overlapped
     assert len(clones) == 1 and clones[0].closed
 
 

@@ -1,9 +1,7 @@
-"""Migration 0280: ``job_tasks`` reads its rooted tasks' call pieces from their earliest root start
-and its rootless tasks' from ``task_lookback_s`` back, in two reads instead of one OR over the
-lookback. A task must still get every piece of every call it made, wherever the
-window starts: a rooted task whose first attempt ran long before the window and whose retry ran
-inside it, and a rootless (abandoned) one likewise. Hand-computed figures, then the rows of 0180's
-view on the scenario of ``tests/test_cost_job_views.py`` and on this one.
+"""``job_tasks`` reads its rooted tasks' call pieces from their earliest root start and its rootless
+tasks' from ``task_lookback_s`` back. A task must still get every piece of every call it made,
+wherever the window starts: a rooted task whose first attempt ran long before the window and whose
+retry ran inside it, and a rootless (abandoned) one likewise. Every figure is worked out by hand.
 """
 
 from __future__ import annotations
@@ -11,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from schema import jobs
-from tests.test_cost_job_views import assert_same_rows, create_views, rows, scenario
+from tests.test_cost_job_views import WINDOW, rows
 from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, metrics_up, sync  # noqa: F401
 
 EXACT = dict(rel=1e-12, abs=1e-12)
@@ -73,25 +71,37 @@ def test_tasks_get_the_pieces_before_the_window(cstore):
     assert counts == {"T1": 1, "T2": 1, "T3": 1, "T4": 1}
 
 
-@pytest.mark.parametrize("which", ["job_views", "long_tasks"])
-def test_bounded_tasks_give_0180s_rows(cstore, which):
-    """0280's job_tasks against 0180's text (created as job_tasks_0180) on two scenarios, windows
-    that cut tasks before, inside and after their first calls."""
-    if which == "job_views":
-        scenario(cstore)
-        end, windows = 1200, [(0, 1200), (60, 180), (120, 1200), (180, 900)]
-    else:
-        _long_tasks(cstore)
-        end, windows = WE, [(0, WE), (WS, WE), (7260, 7500), (60, 7200)]
-    create_views(cstore, "0180_plan_cost_job_views_once.sql", ("job_tasks",), "_0180", {})
-    jobs.run_jobs(cstore, start=at(0), end=at(end))  # the call pieces job_tasks reads
-    window = "ws = {ws:DateTime}, we = {we:DateTime}"
-    seen = set()
-    for lo, hi in windows:
-        p = {"ws": at(lo), "we": at(hi)}
-        new = rows(cstore, f"SELECT * EXCEPT (computed_at, context_source) FROM job_tasks({window})", p, ["task_id"])
-        old = rows(cstore, f"SELECT * EXCEPT computed_at FROM job_tasks_0180({window})", p, ["task_id"])
-        assert_same_rows(new, old, f"job_tasks {lo}..{hi}")
-        seen |= set(zip(new["outcome"], new["has_root"]))
-    # rooted and rootless tasks were compared
-    assert ("abandoned", 0) in seen and ("success", 1) in seen
+# Each task's cost, the same in every window that holds its end: one H100, $0.06 a minute, capacity
+# 1e-9, each call alone in its minute: $0.06 a call. (outcome, has_root, calls, cost, useful, failed-task waste)
+LONG_TASKS = {
+    "T1": ("success", 1, 2, 0.12, 0.06, 0.0),  # ends 7300 s; attempt 1 (minute 1) retry waste, 2 useful
+    "T2": ("abandoned", 0, 2, 0.12, 0.0, 0.12),  # last call ends 7280 s + 600 s: ends 7880 s
+    "T3": ("success", 1, 1, 0.06, 0.06, 0.0),  # ends 300 s
+    "T4": ("success", 1, 2, 0.12, 0.12, 0.0),  # ends 7500 s; its first call in minute 119
+}
+
+
+@pytest.mark.parametrize("lo, hi, ended", [
+    (0, WE, ("T1", "T2", "T3", "T4")),
+    (WS, WE, ("T1", "T2", "T4")),  # the trailing window: T1's and T2's first calls 2 hours before it
+    (7260, 7500, ("T1",)),  # T4 ends at the window's end, not in it; T2 after it
+    # T1's first call inside, its end after it; T2 as the window's end sees it: one call, ended
+    # 150 s, abandoned at 150 + 600 = 750 s (its second call, at 7260 s, is after the window)
+    (60, 7200, ("T2", "T3")),
+    (7300, 7880, ("T1", "T4")),
+])
+def test_windows_cutting_tasks_give_their_whole_cost(cstore, lo, hi, ended):
+    """job_tasks over windows that start before, inside and after the tasks' first calls: the tasks
+    that ended in ``[lo, hi)``, each with all of its pieces."""
+    _long_tasks(cstore)
+    jobs.run_jobs(cstore, start=at(0), end=at(WE))  # the call pieces job_tasks reads
+    df = rows(cstore, f"SELECT * FROM job_tasks({WINDOW})", {"ws": at(lo), "we": at(hi)}, ["task_id"])
+    assert tuple(df["task_id"]) == ended
+    for t in df.to_dict("records"):
+        outcome, has_root, calls, usd, useful, failed = LONG_TASKS[t["task_id"]]
+        if t["task_id"] == "T2" and hi < 7260:
+            calls, usd, failed = 1, 0.06, 0.06
+            assert t["end_time"] == at(750)
+        assert (t["outcome"], t["has_root"], t["calls"]) == (outcome, has_root, calls), t["task_id"]
+        assert (t["cost_usd"], t["useful_usd"], t["failed_task_waste_usd"]) == (
+            pytest.approx(usd, **EXACT), pytest.approx(useful, **EXACT), pytest.approx(failed, **EXACT)), t["task_id"]

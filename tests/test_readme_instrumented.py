@@ -35,8 +35,25 @@ def test_every_named_package_is_in_the_test_extra_and_installed():
         assert extra[pin.split("==")[0]] == pin
 
 
-def test_context_sources_are_the_stores():
-    sql = (ROOT / "schema" / "migrations" / "0540_derive_tasks_from_standard_spans.sql").read_text()
-    for source in ("genai_agent", "openinference", "traceloop", "genai_call", "request_root"):
-        assert f"'{source}'" in sql
+# one root span of each kind the README promises (attributes as their producers set them) -> its source
+ROOTS = {
+    "genai_agent": ("invoke_agent research", {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "research"}),
+    "openinference": ("Agent workflow", {"openinference.span.kind": "AGENT"}),
+    "traceloop": ("research.workflow", {"traceloop.span.kind": "workflow", "traceloop.workflow.name": "research"}),
+    "genai_call": ("chat llama", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "llama"}),
+    "request_root": ("POST /ask", {"http.request.method": "POST"}),
+}
+
+
+def test_context_sources_are_the_stores(store):
+    """Each context source the README names is the one the store records for a root span of that kind."""
+    from tests.test_cost_support import Spans, hex_id, new_id
+
+    sp = Spans()
+    for source, (name, attrs) in ROOTS.items():
+        sp.span(f"trace-{source}", new_id(), "", name, "Client" if source == "genai_call" else "Internal",
+                0.0, 1.0, "app", attrs)
+    sp.flush(store)
+    written = dict(store.query("SELECT task_id, context_source FROM task_spans", tag="test").result_rows)
+    assert written == {hex_id(f"trace-{source}", 16): source for source in ROOTS}
     assert "`context_source`" in _section()

@@ -73,7 +73,7 @@ def rig(module_store, tmp_path_factory):
 
 def emptied(store, *tables: str):
     """TRUNCATE ``tables`` (our own table names) of ``store`` and return it. Emptying ``otel_traces``
-    also empties ``otel_span_keys`` (the keys of stored spans, migration 0090): else spans a previous
+    also empties ``otel_span_keys`` (the keys of stored spans, migration 1000): else spans a previous
     test stored would be dropped as duplicates."""
     if "otel_traces" in tables and "otel_span_keys" not in tables:
         tables = (*tables, "otel_span_keys")

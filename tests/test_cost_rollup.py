@@ -1,6 +1,6 @@
-"""The hourly cost rollups (migration 0170, schema/jobs/run_cost_rollup.sql) behind the cost page and
+"""The hourly cost rollups (migration 1003, schema/jobs/run_cost_rollup.sql) behind the cost page and
 the triangle: whole hours from the rollups, partial edge hours and hours not rolled up from the raw
-tables, the triangle's 6-hour blocks (migration 0200) whole while their mark is current. Every figure
+tables, the triangle's 6-hour blocks (migration 1003) whole while their mark is current. Every figure
 is checked against a recompute in pandas from the raw rows (call_costs, replica_minutes, tasks,
 llm_calls) and the hand-computed spend; the tests fail if an hour edge is read twice or missed, or a
 recompute's rows are counted twice.
@@ -276,7 +276,7 @@ def test_triangle_from_the_rollup_matches_the_raw_rows(cstore):
     assert got.loc[("r1", at(1800 - 1800)), "spend_usd"] == pytest.approx(0.06 * 30, **REL)  # 10:30-11:00 only
 
 
-# The triangle's 6-hour blocks (migration 0200, schema/jobs/run_cost_blocks.sql). Extra engine calls
+# The triangle's 6-hour blocks (migration 1003, schema/jobs/run_cost_blocks.sql). Extra engine calls
 # on r1 before the scenario's, in hours 07-09 of the block 06:00-12:00: the block's largest TTFT is in
 # hour 08 and its largest e2e in hour 09, so a p99 (nearest rank: the maximum below 100 calls) taken
 # from one hour only, or from the wrong hours, differs from the block's.

@@ -1,4 +1,4 @@
-"""One error taxonomy (llm_calls.error_class, migration 0060), from spans the real producers emit.
+"""One error taxonomy (llm_calls.error_class, migration 1001), from spans the real producers emit.
 
 The task SDK -> the real gateway -> scripted replicas, every span through the OTLP receiver into the
 store; the class of each row is read back from ``llm_calls`` and, once resolved by the cost job,

@@ -195,7 +195,7 @@ def _big_spans(n: int, trace: bytes) -> bytes:
 
 
 def test_otel_traces_insert_parts_are_compact_up_to_32_mib(store):
-    """Migration 0400: a part of 200 x 60 kB (12 MB, above ClickHouse's default 10 MiB for Wide)
+    """Migration 1000: a part of 200 x 60 kB (12 MB, above ClickHouse's default 10 MiB for Wide)
     is Compact; one of 600 x 60 kB (36 MB, above 32 MiB) is Wide."""
     store.command("SYSTEM STOP MERGES otel_traces", tag="test.parts")
     insert_trace_payloads(store, [_big_spans(200, b"\x01" * 16)])

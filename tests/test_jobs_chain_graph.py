@@ -1,4 +1,4 @@
-"""The periodic chain's steps as a graph (migration 0510): each step waits for the steps that write what
+"""The periodic chain's steps as a graph (migration 1005): each step waits for the steps that write what
 it reads and for nothing else, so steps that read nothing of each other run side by side.
 
 Reads are taken from the stored queries after ``migrate`` (the written-out ones, every table named with

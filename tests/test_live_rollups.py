@@ -1,9 +1,9 @@
 """The live page's multi-day rollups.
 
-* The live series' blocks (migration 0360, schema/jobs/run_series_blocks.sql): the multi-day series takes
+* The live series' blocks (migration 1006, schema/jobs/run_series_blocks.sql): the multi-day series takes
   a bucket's t-digest quantiles from its block while the bucket's rows of ops_engine_hours have the
   block's fingerprint, and merges the hours otherwise.
-* The hourly gauge rollup (migration 0361) and the multi-day gauge series that reads it
+* The hourly gauge rollup (migration 1006) and the multi-day gauge series that reads it
   (schema/queries/ops_gauge_series_hours.sql).
 
 Figures from tests/dashboard_seed.tiny_scenario's docstring: hour 10:00 of 2026-11-02 holds the current
@@ -150,8 +150,8 @@ def _late_row(store, hour: datetime, ttft: float, tokens: int) -> None:
 fresh = pytest.fixture(name="fresh")(_tiny_store)  # a store of its own: these tests merge and delete
 
 def test_a_merge_of_the_hours_keeps_the_block_and_new_rows_do_not(fresh, monkeypatch):
-    """The fingerprint (summed requests and output tokens, migration 0440) survives OPTIMIZE FINAL of
-    ops_engine_hours, which folds rows (0360's row count changed with it); a new row in the bucket does not."""
+    """The fingerprint (summed requests and output tokens, migration 1006) survives OPTIMIZE FINAL of
+    ops_engine_hours, which folds rows; a new row in the bucket does not."""
     store = fresh
     monkeypatch.setattr(series, "SERIES_MARKS_MARGIN", timedelta(0))
     _late_row(store, H10, 2.0, 3)  # hour 10:00 of r1 in two parts now

@@ -29,11 +29,13 @@ def _expected(spec, table):
 def test_migrate_twice_changes_nothing(empty_store):
     first = migrate(empty_store, retention_days=7)
     assert first == [m.name for m in discover()]
-    tables_before = empty_store.query("SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
-                                      {"db": empty_store.database}, tag="t").result_rows
+    # the periodic chain runs from the first migrate on: a refresh in progress holds a hidden
+    # `.tmp.inner_id.*` table for a moment, which is not the schema's
+    tables = ("SELECT name FROM system.tables WHERE database = {db:String} AND NOT startsWith(name, '.') "
+              "ORDER BY name")
+    tables_before = empty_store.query(tables, {"db": empty_store.database}, tag="t").result_rows
     assert migrate(empty_store, retention_days=7) == []
-    tables_after = empty_store.query("SELECT name FROM system.tables WHERE database = {db:String} ORDER BY name",
-                                     {"db": empty_store.database}, tag="t").result_rows
+    tables_after = empty_store.query(tables, {"db": empty_store.database}, tag="t").result_rows
     assert tables_before == tables_after
     versions = empty_store.query("SELECT version FROM schema_migrations ORDER BY version", tag="t").result_rows
     assert [v for (v,) in versions] == [m.version for m in discover()]

@@ -181,11 +181,10 @@ def _write(store, batch: list[tuple[Slot, dict]]) -> dict[str, tuple[int, int]]:
 
 def expected_categories(calls, outcomes) -> dict[int, str]:
     """The category of each drawn call by the cost model's rule (shared/DESIGN.md "Categories"): an
-    engine span alone (vLLM drops baggage) -> unattributed; a call without task context whose unit
-    holds a client span (the client's own attempt, called directly) is a task of its own (its trace's
-    root: schema/jobs/README.md "Tasks from standard spans"), a success when the call ended ok
-    (useful), else a failure (failed_task_waste); through the gateway the unit is the gateway's
-    attempt, which holds no client span: unattributed; a task whose outcome is failure or abandoned
+    engine span alone (vLLM drops baggage) -> unattributed; a call without task context with a client
+    span (the client's own attempt, called directly, or the client span above the gateway's request) is
+    a task of its own (its trace's root: schema/jobs/README.md "Tasks from standard spans"), a success
+    when the call ended ok (useful), else a failure (failed_task_waste); a task whose outcome is failure or abandoned
     (a rootless task: its last call + 600 s is before the run's end) -> failed_task_waste; a root
     without a valid outcome -> pending; a successful task's call -> useful when it ended ok and is
     the highest ok attempt of its (step, call), else retry_waste."""
@@ -193,7 +192,7 @@ def expected_categories(calls, outcomes) -> dict[int, str]:
                for task, o in zip(TASKS, outcomes)}
     in_task = [c["task"] is not None and c["shape"] != "engine_only" for c in calls]
     ok = [c["ok"] and c["shape"] != "crashed" for c in calls]
-    derived = [c["task"] is None and c["shape"] in ("direct", "client_only") for c in calls]
+    derived = [c["task"] is None and c["shape"] in ("direct", "client_only", "full", "crashed") for c in calls]
     best: dict[tuple, int] = {}
     for c, tasked, fine in zip(calls, in_task, ok):
         if tasked and fine:

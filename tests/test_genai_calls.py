@@ -173,3 +173,36 @@ def test_same_work_same_figures_with_the_sdk_or_standard_spans(store, tmp_path):
     assert sdk.cost > 0
     assert std.cost / std.successes == pytest.approx(sdk.cost / sdk.successes, rel=1e-9)  # CPST
     assert (std.useful, std.failed) == (pytest.approx(sdk.useful, rel=1e-9), pytest.approx(sdk.failed, rel=1e-9))
+
+
+@pytest.mark.parametrize("kind", ["openai-v2", "openllmetry"])
+def test_calls_through_the_gateway_belong_to_the_trace_root(rig, kind):
+    """The standard instrumentation's client calling vLLM through our gateway, no task.id anywhere: each
+    call is the gateway's unit (its attempt and the engine span below it), and its task is the client's
+    trace root, as for a direct call."""
+    start = datetime.now(timezone.utc)
+    fleet = live.start_replicas(1, ids=["r1"], otlp_endpoint=rig.receiver.url)
+    try:
+        gateway = rig.gateway([("r1", fleet[0].url)])
+        runs = run_in_subprocess(kind, rig.receiver.url, gateway, [True, False], calls_per_run=3)
+    finally:
+        fleet.stop()
+    rig.flush()
+    run_jobs(rig.store, start=start - timedelta(minutes=1), end=datetime.now(timezone.utc) + timedelta(minutes=1))
+    calls = rig.store.query_df(
+        "SELECT call_id, trace_id, call_source, task_id, category, sum(requests) AS requests, "
+        "any(prompt_tokens) AS prompt, any(output_tokens) AS output FROM call_costs WHERE category != 'unspanned' "
+        "GROUP BY call_id, trace_id, call_source, task_id, category", tag="test")
+    truth = sorted((run.trace_id, c.prompt_tokens, c.output_tokens) for run in runs for c in run.calls)
+
+    assert len(truth) == 6 and int(calls["requests"].sum()) == 6 and len(calls) == 6
+    assert set(calls["call_source"]) == {"engine"}
+    # the gateway's request is the root of a trace of its own (the client sent no traceparent): each call
+    # belongs to the task of the client span whose response id the gateway relayed, the client's trace root
+    assert sorted(zip(calls["task_id"], calls["prompt"], calls["output"])) == truth
+    ok, failed = runs[0].trace_id, runs[1].trace_id
+    assert set(calls.loc[calls["task_id"] == ok, "category"]) == {"useful"}
+    assert set(calls.loc[calls["task_id"] == failed, "category"]) == {"failed_task_waste"}
+    tasks = _tasks(rig.store)
+    assert sorted(zip(tasks["task_id"], tasks["outcome"], tasks["calls"])) == sorted([(ok, "success", 3),
+                                                                                       (failed, "failure", 3)])

@@ -214,11 +214,35 @@ WITH
     gw_requests AS (
         SELECT trace_id, span_id, parent_span_id FROM gateway_requests WHERE start_time >= lo AND start_time < we
     ),
+    -- A gateway request that is the root of its own trace (the client sent no traceparent, as today's
+    -- openai client does not) belongs to the one client call span whose gen_ai.response.id is the request
+    -- id the gateway's attempt relayed, as an engine root does (by_response_id): the client span is covered
+    -- by the gateway's attempts, not a call of its own. A request id two client spans claim stays unjoined.
+    gw_by_response_id AS (
+        SELECT to_trace, to_span, g_trace, g_request
+        FROM (
+            SELECT anyIf(trace_id, call_source = 'client') AS to_trace,
+                   anyIf(span_id, call_source = 'client') AS to_span,
+                   anyIf(trace_id, call_source = 'gateway') AS g_trace,
+                   anyIf(parent_span_id, call_source = 'gateway') AS g_request
+            FROM llm_calls
+            WHERE start_time >= lo AND start_time < we AND request_id != '' AND call_source IN ('client', 'gateway')
+            GROUP BY request_id
+            HAVING countIf(call_source = 'client') = 1 AND countIf(call_source = 'gateway') > 0
+               AND uniqExactIf((trace_id, parent_span_id), call_source = 'gateway') = 1
+        )
+        WHERE (g_trace, g_request) IN (SELECT trace_id, span_id FROM gw_requests WHERE parent_span_id = '')
+    ),
     covered AS (
-        SELECT c.trace_id AS cv_trace_id, g.span_id AS cv_request, c.ttft_s AS cv_ttft, c.error_class AS cv_class,
-               c.model AS cv_model, c.finish_reason AS cv_finish
+        SELECT c.trace_id AS cv_trace_id, g.span_id AS cv_request, c.trace_id AS cv_client_trace, c.ttft_s AS cv_ttft,
+               c.error_class AS cv_class, c.model AS cv_model, c.finish_reason AS cv_finish
         FROM llm_calls AS c
         INNER JOIN gw_requests AS g ON g.trace_id = c.trace_id AND g.parent_span_id = c.span_id
+        WHERE c.call_source = 'client' AND c.start_time >= lo AND c.start_time < we
+        UNION ALL
+        SELECT r.g_trace, r.g_request, c.trace_id, c.ttft_s, c.error_class, c.model, c.finish_reason
+        FROM llm_calls AS c
+        INNER JOIN gw_by_response_id AS r ON r.to_trace = c.trace_id AND r.to_span = c.span_id
         WHERE c.call_source = 'client' AND c.start_time >= lo AND c.start_time < we
     ),
     -- vLLM spans that are roots of their own trace (the client sent no traceparent, as today's openai
@@ -339,11 +363,13 @@ WITH
         LEFT JOIN http_attempts AS ha ON ha.ha_trace = l.trace_id AND ha.ha_span = l.parent_span_id
         WHERE l.start_time >= lo AND l.start_time < we AND l.call_source != 'http'
           AND NOT (l.call_source = 'client' AND (l.trace_id, l.span_id) IN (SELECT trace_id, parent_span_id FROM gw_requests))
+          AND NOT (l.call_source = 'client' AND (l.trace_id, l.span_id) IN (SELECT to_trace, to_span FROM gw_by_response_id))
         GROUP BY unit_key
     ),
     resolved AS (
         SELECT
             u.*, cv.cv_ttft AS cv_ttft, cv.cv_class AS cv_class, cv.cv_model AS cv_model, cv.cv_finish AS cv_finish,
+            cv.cv_client_trace AS cv_client_trace,
             multiIf(n_engine > 0, 'engine', n_gateway > 0, 'gateway', 'client') AS source,
             -- evidence times: engine > gateway > client
             multiIf(n_engine > 0, e_start, n_gateway > 0, g.10, c.9) AS t_start,
@@ -394,9 +420,10 @@ SELECT
     if(source = 'engine', e_gpu_type, '') AS gpu_type,
     multiIf(e_model != '', e_model, g.3 != '', g.3, c.2 != '', c.2, ifNull(cv_model, '') != '', cv_model,
             e_model_scraped) AS model,
-    -- no explicit task context: a client call span's task is its trace's root (task_spans_mv); an
-    -- engine span alone (no client span above or joined to it) stays unattributed
-    if(ctx.1 = '' AND n_client > 0, u_trace_id, ctx.1) AS task_id, ctx.2 AS task_type, ctx.3 AS tenant_id, ctx.4 AS task_step,
+    -- no explicit task context: a client call span's task is its trace's root (task_spans_mv), whether
+    -- the span is in the unit or covers the gateway's request; an engine span alone (no client span above
+    -- or joined to it) stays unattributed
+    multiIf(ctx.1 != '', ctx.1, n_client > 0, u_trace_id, ifNull(cv_client_trace, '')) AS task_id, ctx.2 AS task_type, ctx.3 AS tenant_id, ctx.4 AS task_step,
     toUInt16(ctx.5) AS task_attempt, toUInt16(ctx.6) AS task_call,
     prompt_ AS prompt_tokens,
     cached_ AS cached_tokens,

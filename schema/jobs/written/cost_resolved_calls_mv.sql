@@ -221,17 +221,57 @@ FROM
             FROM gateway_requests
             WHERE (start_time >= lo) AND (start_time < we)
         ),
+        gw_by_response_id AS
+        (
+            SELECT
+                to_trace,
+                to_span,
+                g_trace,
+                g_request
+            FROM
+            (
+                SELECT
+                    anyIf(trace_id, call_source = 'client') AS to_trace,
+                    anyIf(span_id, call_source = 'client') AS to_span,
+                    anyIf(trace_id, call_source = 'gateway') AS g_trace,
+                    anyIf(parent_span_id, call_source = 'gateway') AS g_request
+                FROM llm_calls
+                WHERE (start_time >= lo) AND (start_time < we) AND (request_id != '') AND (call_source IN ('client', 'gateway'))
+                GROUP BY request_id
+                HAVING (countIf(call_source = 'client') = 1) AND (countIf(call_source = 'gateway') > 0) AND (uniqExactIf((trace_id, parent_span_id), call_source = 'gateway') = 1)
+            )
+            WHERE (g_trace, g_request) IN (
+                SELECT
+                    trace_id,
+                    span_id
+                FROM gw_requests
+                WHERE parent_span_id = ''
+            )
+        ),
         covered AS
         (
             SELECT
                 c.trace_id AS cv_trace_id,
                 g.span_id AS cv_request,
+                c.trace_id AS cv_client_trace,
                 c.ttft_s AS cv_ttft,
                 c.error_class AS cv_class,
                 c.model AS cv_model,
                 c.finish_reason AS cv_finish
             FROM llm_calls AS c
             INNER JOIN gw_requests AS g ON (g.trace_id = c.trace_id) AND (g.parent_span_id = c.span_id)
+            WHERE (c.call_source = 'client') AND (c.start_time >= lo) AND (c.start_time < we)
+            UNION ALL
+            SELECT
+                r.g_trace,
+                r.g_request,
+                c.trace_id,
+                c.ttft_s,
+                c.error_class,
+                c.model,
+                c.finish_reason
+            FROM llm_calls AS c
+            INNER JOIN gw_by_response_id AS r ON (r.to_trace = c.trace_id) AND (r.to_span = c.span_id)
             WHERE (c.call_source = 'client') AND (c.start_time >= lo) AND (c.start_time < we)
         ),
         by_response_id AS
@@ -385,6 +425,11 @@ FROM
                     trace_id,
                     parent_span_id
                 FROM gw_requests
+            )))) AND (NOT ((l.call_source = 'client') AND ((l.trace_id, l.span_id) IN (
+                SELECT
+                    to_trace,
+                    to_span
+                FROM gw_by_response_id
             ))))
             GROUP BY unit_key
         ),
@@ -396,6 +441,7 @@ FROM
                 cv.cv_class AS cv_class,
                 cv.cv_model AS cv_model,
                 cv.cv_finish AS cv_finish,
+                cv.cv_client_trace AS cv_client_trace,
                 multiIf(n_engine > 0, 'engine', n_gateway > 0, 'gateway', 'client') AS source,
                 multiIf(n_engine > 0, e_start, n_gateway > 0, g.10, c.9) AS t_start,
                 multiIf(n_engine > 0, e_end, n_gateway > 0, g.11, c.10) AS t_end,
@@ -430,7 +476,7 @@ FROM
         replica_ AS replica,
         if(source = 'engine', e_gpu_type, '') AS gpu_type,
         multiIf(e_model != '', e_model, (g.3) != '', g.3, (c.2) != '', c.2, ifNull(cv_model, '') != '', cv_model, e_model_scraped) AS model,
-        if(((ctx.1) = '') AND (n_client > 0), u_trace_id, ctx.1) AS task_id,
+        multiIf((ctx.1) != '', ctx.1, n_client > 0, u_trace_id, ifNull(cv_client_trace, '')) AS task_id,
         ctx.2 AS task_type,
         ctx.3 AS tenant_id,
         ctx.4 AS task_step,

@@ -91,8 +91,8 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         until: apply only versions up to this number (benchmarks compare a schema before and after
             a migration); None = all.
         write_out: after the last migration, give the periodic cost chain's views the queries of
-            ``schema/jobs/written/`` (:func:`schema.jobs.periodic.write_out`; when no migration was
-            applied, it first compares the views' marks with the files). Only the generator of those
+            ``schema/jobs/written/`` (:func:`schema.jobs.periodic.write_out`: views whose marks already
+            name the files' text are left alone). Only the generator of those
             files (:mod:`schema.jobs.writeout`) passes False.
 
     Returns:
@@ -104,14 +104,14 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
     if int(retention_days) <= 0:
         raise MigrationError(f"retention_days must be > 0, got {retention_days}")
     done = applied_versions(store)
-    known = {m.version for m in discover(directory)}
-    if done and min(done) < BASELINE_VERSION <= min(known):
+    migrations = discover(directory)
+    if done and migrations and min(done) < BASELINE_VERSION <= migrations[0].version:
         raise MigrationError(
             f"this store was made by an infercost older than its schema baseline (migration {min(done):04d} is "
             f"recorded in {store.database}.schema_migrations): its schema cannot be upgraded. Start a new store "
             f"(`infercost demo --reset`, or another INFERCOST_CLICKHOUSE_URL or INFERCOST_DATABASE) and re-send or backfill the data")
     applied = []
-    for migration in discover(directory):
+    for migration in migrations:
         if migration.version in done or (until is not None and migration.version > until):
             continue
         for index, statement in enumerate(migration.statements(retention_days), start=1):
@@ -128,11 +128,10 @@ def migrate(store: Store, retention_days: int = 30, directory: Path = MIGRATIONS
         if progress:
             progress(migration.name)
     if until is None and write_out:
-        # after the last migration only: the chain's views get the written-out queries; with no
-        # migration applied now, the marks of the last write-out are checked first
+        # after the last migration only: the chain's views get the written-out queries
         from schema.jobs import periodic
 
-        periodic.write_out(store, quick=not applied)
+        periodic.write_out(store)
     return applied
 
 

@@ -12,8 +12,8 @@ almost all planning, every minute, in every process that holds an embedded store
 same rows (``tests/test_jobs_periodic.py``), planned in half the time.
 
 The view's comment records which file text it holds (its SHA-256): :func:`write_out` alters a view only
-when the file says otherwise, and ``quick`` (what ``migrate`` runs when it applied no migration, at every
-process start) reads only the chain views' comments.
+when the file says otherwise, so on an up-to-date store (every process start) it reads only the chain
+views' comments.
 """
 
 from __future__ import annotations
@@ -56,12 +56,9 @@ def _marks(store) -> dict[str, str]:
     return {name: comment.rpartition(_DIGEST)[2] if comment.startswith(_MARK) else "" for name, comment in rows}
 
 
-def write_out(store, *, quick: bool = False, directory: Path = WRITTEN_DIR) -> list[str]:
+def write_out(store, *, directory: Path = WRITTEN_DIR) -> list[str]:
     """Give each refreshable view of the periodic chain that has a file in ``directory`` that file's
     query, unless its comment says it has it already. Idempotent.
-
-    ``quick`` is accepted for :func:`schema.migrate.migrate` (the check reads only the views' comments
-    either way: one small query when every view is up to date).
 
     An ``ALTER`` the store refuses (e.g. a ClickHouse that cannot change a refreshable view's query) is
     logged as a warning and leaves that view as it was: it still calls its job view, the same rows planned
@@ -73,7 +70,6 @@ def write_out(store, *, quick: bool = False, directory: Path = WRITTEN_DIR) -> l
     Raises:
         StoreError when the chain's views cannot be read.
     """
-    del quick
     queries = chain_queries(directory)
     marks = _marks(store)
     written = []

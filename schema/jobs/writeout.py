@@ -128,11 +128,11 @@ def written_texts(migrations_dir: Path | None = None) -> dict[str, str]:
     return out
 
 
-def stale(directory: Path = WRITTEN_DIR) -> list[str]:
-    """Names of the files in ``directory`` that differ from :func:`written_texts` (missing or extra too)."""
-    want = written_texts()
+def stale(texts: dict[str, str], directory: Path = WRITTEN_DIR) -> list[str]:
+    """Names of the files of ``directory`` that differ from ``texts`` (:func:`written_texts`): changed,
+    missing or no longer written."""
     have = {p.name: p.read_text() for p in directory.glob("*.sql")} if directory.is_dir() else {}
-    return sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
+    return sorted(n for n in set(texts) | set(have) if texts.get(n) != have.get(n))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the files are stale; write nothing")
     args = parser.parse_args(argv)
     texts = written_texts()
-    have = {p.name: p for p in WRITTEN_DIR.glob("*.sql")} if WRITTEN_DIR.is_dir() else {}
-    changed = sorted(n for n in set(texts) | set(have) if n not in have or n not in texts
-                     or have[n].read_text() != texts[n])
+    changed = stale(texts)
     if args.check:
         for name in changed:
             print(f"stale: schema/jobs/written/{name}", file=sys.stderr)
@@ -153,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in changed:
         if name in texts:
             (WRITTEN_DIR / name).write_text(texts[name])
+            print(f"wrote schema/jobs/written/{name}")
         else:
-            have[name].unlink()
-        print(f"wrote schema/jobs/written/{name}" if name in texts else f"removed schema/jobs/written/{name}")
+            (WRITTEN_DIR / name).unlink()
+            print(f"removed schema/jobs/written/{name}")
     if not changed:
         print("schema/jobs/written/ is up to date")
     return 0

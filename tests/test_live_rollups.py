@@ -4,7 +4,7 @@
   a bucket's t-digest quantiles from its block while the bucket's rows of ops_engine_hours have the
   block's fingerprint, and merges the hours otherwise.
 * The hourly gauge rollup (migration 1006) and the multi-day gauge series that reads it
-  (schema/queries/ops_gauge_series_hours.sql).
+  (schema/queries/ops_gauge_series.sql, hours = 1).
 
 Figures from tests/dashboard_seed.tiny_scenario's docstring: hour 10:00 of 2026-11-02 holds the current
 window's four engine requests (r1: a, b; r2: c, d), hour 09:00 the previous window's one (r1, TTFT

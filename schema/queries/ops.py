@@ -354,11 +354,10 @@ def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: 
     start, end = _range(start, end)
     if int(bucket_s) <= 0:
         raise ValueError(f"bucket_s must be a positive number of seconds, got {bucket_s}")
-    name = "ops_gauge_series"
-    if use_rollup(start, end, bucket_s):
-        hours = (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
-        name = "ops_gauge_series_hours" if hours else "ops_gauge_series_rollup"
-    return _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s),
+    rollup = use_rollup(start, end, bucket_s)
+    hours = rollup and (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
+    return _frame(run(store, "ops_gauge_series", omit=frozenset({"raw"} if rollup else {"rollup"}),
+                      start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), hours=int(hours),
                       model=_filters(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
 
 

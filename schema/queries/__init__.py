@@ -11,11 +11,15 @@ with documented units. Callers contain no SQL.
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 
 QUERIES_DIR = Path(__file__).parent
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# the filters of the dashboard's queries: llm_calls.model (or the gauge label model_name) and the task
+# context's tenant and task type
+FILTER_KEYS = ("model", "tenant", "task_type")
 
 
 class UnknownQuery(KeyError):
@@ -68,3 +72,24 @@ def rows(store, name: str, **params):
     """Run the named query; returns (column_names, result_rows) without pandas."""
     result = store.query(sql(name), params or None, tag=f"query.{name}")
     return result.column_names, result.result_rows
+
+
+def naive_utc(value: datetime) -> datetime:
+    """``value`` as a naive UTC datetime, the form bound to ``DateTime`` parameters: clickhouse-connect
+    binds naive datetimes verbatim and the server and chDB read them as UTC. Naive values are taken as
+    UTC already. Raises TypeError for anything but a datetime."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value
+
+
+def filter_params(filters: dict | None) -> dict:
+    """``filters`` (``FILTER_KEYS``, exact match) as the parameters a filtered query binds: each key,
+    '' = no filter. Raises ValueError for an unknown key."""
+    filters = filters or {}
+    unknown = set(filters) - set(FILTER_KEYS)
+    if unknown:
+        raise ValueError(f"unknown filter(s) {sorted(unknown)}; accepted: {list(FILTER_KEYS)}")
+    return {key: str(filters.get(key) or "") for key in FILTER_KEYS}

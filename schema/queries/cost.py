@@ -28,13 +28,12 @@ from __future__ import annotations
 import contextlib
 import threading
 from contextvars import ContextVar
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pandas as pd
 
-from schema.queries import rows, run
+from schema.queries import FILTER_KEYS, filter_params, naive_utc, rows, run
 
-FILTER_KEYS = ("model", "tenant", "task_type")
 GROUPINGS = ("task_type", "tenant", "model", "replica")
 # The triangle windows the cost jobs keep exact per-block results for (migration 1003): 6 h, 1 day.
 TRIANGLE_BLOCKS_S = (21600, 86400)
@@ -110,17 +109,8 @@ def _without_rollup(span: dict) -> frozenset[str]:
     return frozenset({"rollup"}) if span["rollup_end"] <= span["rollup_start"] else frozenset()
 
 
-def _naive_utc(value: datetime) -> datetime:
-    # clickhouse-connect binds naive datetimes verbatim; the server and chDB read them as UTC.
-    if not isinstance(value, datetime):
-        raise TypeError(f"expected a datetime, got {type(value).__name__}")
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc).replace(tzinfo=None)
-    return value
-
-
 def _range(start: datetime, end: datetime) -> dict:
-    start, end = _naive_utc(start), _naive_utc(end)
+    start, end = naive_utc(start), naive_utc(end)
     if end <= start:
         raise ValueError(f"time range is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     return {"start": start, "end": end}
@@ -185,7 +175,7 @@ def rollup_span(store, start: datetime, end: datetime, unit_seconds: int = 3600,
     "block_starts", "block_versions"}`` (UTC naive datetimes, list of int; watermark 1970-01-01
     before any run; the block lists empty for other units).
     """
-    start, end = _naive_utc(start), _naive_utc(end)
+    start, end = naive_utc(start), naive_utc(end)
     block_seconds = int(unit_seconds) if blocks and int(unit_seconds) in TRIANGLE_BLOCKS_S else 0
     shared = _SPANS.get()
     if shared is None:
@@ -281,14 +271,6 @@ def _by(by: str | None, allowed=GROUPINGS) -> str:
     return by
 
 
-def _filters(filters: dict | None) -> dict:
-    filters = filters or {}
-    unknown = set(filters) - set(FILTER_KEYS)
-    if unknown:
-        raise ValueError(f"unknown filter(s) {sorted(unknown)}; accepted: {list(FILTER_KEYS)}")
-    return {key: str(filters.get(key) or "") for key in FILTER_KEYS}
-
-
 def period_summary(store, start: datetime, end: datetime, by: str | None = None,
                    filters: dict | None = None) -> pd.DataFrame:
     """The period summary over minutes ``[start, end)``: one row, or one per group.
@@ -350,7 +332,7 @@ def period_summaries(store, start: datetime, end: datetime, bys=("",), filters: 
     keys = list(dict.fromkeys(_by(b) for b in bys))
     if not keys:
         raise ValueError("bys is empty: give at least one grouping ('' = ungrouped)")
-    params = _range(start, end) | _filters(filters)
+    params = _range(start, end) | filter_params(filters)
     if waste and any(params[k] for k in FILTER_KEYS):
         raise ValueError("waste=True reads the fleet's waste breakdown: give no filters")
     if waste and "" not in keys:

@@ -32,9 +32,8 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from schema.queries import run
+from schema.queries import filter_params, naive_utc, run
 
-FILTER_KEYS = ("model", "tenant", "task_type")
 # Ranges at least this long read the per-minute pre-aggregations of migration 1006 (when the
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
@@ -54,24 +53,11 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
-def _naive_utc(value: datetime) -> datetime:
-    # clickhouse-connect binds naive datetimes verbatim; the server and chDB read them as UTC.
-    return _utc(value).replace(tzinfo=None)
-
-
 def _range(start: datetime, end: datetime) -> tuple[datetime, datetime]:
     start, end = _utc(start), _utc(end)
     if end <= start:
         raise ValueError(f"time range is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     return start, end
-
-
-def _filters(filters: dict | None) -> dict:
-    filters = filters or {}
-    unknown = set(filters) - set(FILTER_KEYS)
-    if unknown:
-        raise ValueError(f"unknown filter(s) {sorted(unknown)}; accepted: {list(FILTER_KEYS)}")
-    return {key: str(filters.get(key) or "") for key in FILTER_KEYS}
 
 
 @dataclass
@@ -212,8 +198,8 @@ def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = No
     start, end = _range(start, end)
     prev_start = start - (end - start)
     seconds = (end - start).total_seconds()
-    f = _filters(filters)
-    params = {"start": _naive_utc(start), "end": _naive_utc(end), "prev_start": _naive_utc(prev_start)}
+    f = filter_params(filters)
+    params = {"start": naive_utc(start), "end": naive_utc(end), "prev_start": naive_utc(prev_start)}
     calls = run(store, "ops_fleet_window", **params, **f)
     tasks = run(store, "ops_goodput", **params, tenant=f["tenant"], task_type=f["task_type"])
     gauges = run(store, "ops_replica_gauges", **params, model=f["model"])
@@ -246,11 +232,11 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     here when None.
     """
     start, end = _range(start, end)
-    f = _filters(filters)
-    stats = run(store, "ops_replica_health", start=_naive_utc(start), end=_naive_utc(end), **f)
+    f = filter_params(filters)
+    stats = run(store, "ops_replica_health", start=naive_utc(start), end=naive_utc(end), **f)
     if gauges is None:
-        gauges = run(store, "ops_replica_gauges", start=_naive_utc(start), end=_naive_utc(end),
-                     prev_start=_naive_utc(start), model=f["model"])
+        gauges = run(store, "ops_replica_gauges", start=naive_utc(start), end=naive_utc(end),
+                     prev_start=naive_utc(start), model=f["model"])
     gauges = _window_rows(gauges, "current")
     g = gauges.set_index("replica") if len(gauges) else pd.DataFrame(
         columns=["gpu_type", "running", "waiting", "kv_usage", "running_points", "waiting_points", "kv_points"])
@@ -304,7 +290,7 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
 def use_rollup(start: datetime, end: datetime, bucket_s: int, filters: dict | None = None) -> bool:
     """True when a series over [start, end) reads the per-minute pre-aggregations (wide range,
     whole-minute buckets, no tenant / task-type filter)."""
-    f = _filters(filters)
+    f = filter_params(filters)
     return ((_utc(end) - _utc(start)).total_seconds() >= ROLLUP_MIN_RANGE_S and int(bucket_s) % 60 == 0
             and not f["tenant"] and not f["task_type"])
 
@@ -329,10 +315,10 @@ def latency_series(store, start: datetime, end: datetime, bucket_s: int, filters
     if use_rollup(start, end, bucket_s, filters):
         hours = (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
         name = "ops_latency_series_hours" if hours else "ops_latency_series_rollup"
-    params = _filters(filters)
+    params = filter_params(filters)
     if name != "ops_latency_series":
         params = {"model": params["model"]}
-    df = _frame(run(store, name, start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), **params),
+    df = _frame(run(store, name, start=naive_utc(start), end=naive_utc(end), bucket_s=int(bucket_s), **params),
                 ["bucket", "replica", "requests", "output_tokens_sum", "errors", "ttft_q", "itl_p95_s", "e2e_p95_s",
                  "attempts"])
     q = df.pop("ttft_q") if len(df) else pd.Series(dtype=object)
@@ -357,14 +343,14 @@ def gauge_series(store, start: datetime, end: datetime, bucket_s: int, filters: 
     rollup = use_rollup(start, end, bucket_s)
     hours = rollup and (end - start).total_seconds() >= HOUR_ROLLUP_MIN_RANGE_S and int(bucket_s) % 3600 == 0
     return _frame(run(store, "ops_gauge_series", omit=frozenset({"raw"} if rollup else {"rollup"}),
-                      start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), hours=int(hours),
-                      model=_filters(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
+                      start=naive_utc(start), end=naive_utc(end), bucket_s=int(bucket_s), hours=int(hours),
+                      model=filter_params(filters)["model"]), ["bucket", "waiting", "running", "kv_usage"])
 
 
 def finish_reasons(store, start: datetime, end: datetime, filters: dict | None = None) -> pd.DataFrame:
     """Engine requests that ended in [start, end) by finish reason: columns finish_reason, requests, share (0..1)."""
     start, end = _range(start, end)
-    df = _frame(run(store, "ops_finish_reasons", start=_naive_utc(start), end=_naive_utc(end), **_filters(filters)),
+    df = _frame(run(store, "ops_finish_reasons", start=naive_utc(start), end=naive_utc(end), **filter_params(filters)),
                 ["finish_reason", "requests"])
     total = df["requests"].sum() if len(df) else 0
     df["share"] = df["requests"] / total if total else 0.0
@@ -404,7 +390,7 @@ def filter_values(store, start: datetime, end: datetime) -> dict[str, list[str]]
     """Distinct ``models``, ``tenants`` and ``task_types`` in calls that started in the hours
     overlapping [start, end) (≤ 200 each; from the hourly pre-aggregation ``ops_dims_hours``)."""
     start, end = _range(start, end)
-    df = run(store, "ops_filter_values", start=_naive_utc(start), end=_naive_utc(end))
+    df = run(store, "ops_filter_values", start=naive_utc(start), end=naive_utc(end))
     if not len(df):
         return {"models": [], "tenants": [], "task_types": []}
     row = df.iloc[0]

@@ -12,8 +12,8 @@ from datetime import datetime
 
 import pandas as pd
 
-from schema.queries import run
-from schema.queries.ops import _filters, _frame, _naive_utc, _range
+from schema.queries import filter_params, naive_utc, run
+from schema.queries.ops import _frame, _range
 
 # vLLM's histogram families shown by the engine view (name -> label).
 HEATMAPS = {"vllm:time_to_first_token_seconds": "TTFT", "vllm:inter_token_latency_seconds": "ITL",
@@ -29,8 +29,8 @@ def engine_counters(store, start: datetime, end: datetime, bucket_s: int, filter
     ``prefix_cache_queries``, ``prefix_cache_hits`` (counter increases), plus ``prompt_tokens_per_s``,
     ``generation_tokens_per_s`` and ``prefix_cache_hit_rate`` (hits / queries, 0..1; None without queries)."""
     start, end = _range(start, end)
-    df = _frame(run(store, "ops_engine_counters", start=_naive_utc(start), end=_naive_utc(end),
-                    bucket_s=int(bucket_s), model=_filters(filters)["model"]),
+    df = _frame(run(store, "ops_engine_counters", start=naive_utc(start), end=naive_utc(end),
+                    bucket_s=int(bucket_s), model=filter_params(filters)["model"]),
                 ["bucket", "replica", "prompt_tokens", "generation_tokens", "preemptions", "prefix_cache_queries",
                  "prefix_cache_hits"])
     df["prompt_tokens_per_s"] = df["prompt_tokens"] / float(bucket_s)
@@ -47,8 +47,8 @@ def latency_histograms(store, start: datetime, end: datetime, bucket_s: int, rep
     (rows with requests only). A distribution over the whole range is the sum over ``bucket``."""
     start, end = _range(start, end)
     return _frame(run(store, "ops_latency_histogram", metrics=list(HEATMAPS) + list(PHASES),
-                      start=_naive_utc(start), end=_naive_utc(end), bucket_s=int(bucket_s), replica=replica or "",
-                      model=_filters(filters)["model"]),
+                      start=naive_utc(start), end=naive_utc(end), bucket_s=int(bucket_s), replica=replica or "",
+                      model=filter_params(filters)["model"]),
                   ["metric", "bucket", "le", "requests"])
 
 
@@ -56,8 +56,8 @@ def gauge_replica_series(store, start: datetime, end: datetime, bucket_s: int,
                          filters: dict | None = None) -> pd.DataFrame:
     """Per bucket and replica: mean ``running``, ``waiting`` (requests) and ``kv_usage`` (0..1)."""
     start, end = _range(start, end)
-    return _frame(run(store, "ops_gauge_replica_series", start=_naive_utc(start), end=_naive_utc(end),
-                      bucket_s=int(bucket_s), model=_filters(filters)["model"]),
+    return _frame(run(store, "ops_gauge_replica_series", start=naive_utc(start), end=naive_utc(end),
+                      bucket_s=int(bucket_s), model=filter_params(filters)["model"]),
                   ["bucket", "replica", "running", "waiting", "kv_usage"])
 
 
@@ -65,7 +65,7 @@ def scrape_health(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per scrape target (replica): ``scrapes``, ``failed``, ``success_ratio`` (0..1), ``last_scrape``,
     ``last_ok`` (UTC) from the scraper's ``up`` gauge."""
     start, end = _range(start, end)
-    df = _frame(run(store, "ops_scrape_health", start=_naive_utc(start), end=_naive_utc(end)),
+    df = _frame(run(store, "ops_scrape_health", start=naive_utc(start), end=naive_utc(end)),
                 ["replica", "scrapes", "failed", "last_scrape", "last_ok"])
     scrapes = pd.to_numeric(df["scrapes"], errors="coerce")
     df["success_ratio"] = 1 - pd.to_numeric(df["failed"], errors="coerce") / scrapes.where(scrapes > 0)
@@ -75,7 +75,7 @@ def scrape_health(store, start: datetime, end: datetime) -> pd.DataFrame:
 def replicas(store, start: datetime, end: datetime) -> list[str]:
     """The replicas with engine requests or gauges in ``[start, end)``, sorted (the replica filter's options)."""
     start, end = _range(start, end)
-    df = run(store, "ops_replicas", start=_naive_utc(start), end=_naive_utc(end))
+    df = run(store, "ops_replicas", start=naive_utc(start), end=naive_utc(end))
     return [str(r) for r in df["replica"]] if len(df) and "replica" in df.columns else []
 
 

@@ -15,7 +15,7 @@ errors.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pandas as pd
 
@@ -59,14 +59,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _utc(t: datetime) -> datetime:
-    if not isinstance(t, datetime):
-        raise TypeError(f"expected a datetime, got {type(t).__name__}")
-    if t.tzinfo is not None:
-        t = t.astimezone(timezone.utc).replace(tzinfo=None)
-    return t
-
-
 def _run(store, name: str, **params) -> pd.DataFrame:
     df = queries.run(store, name, **params)
     if len(df.columns) == 0:  # chDB returns no columns for no rows: keep the documented ones
@@ -75,7 +67,7 @@ def _run(store, name: str, **params) -> pd.DataFrame:
 
 
 def _period(name: str, store, start: datetime, end: datetime) -> pd.DataFrame:
-    start, end = _utc(start), _utc(end)
+    start, end = queries.naive_utc(start), queries.naive_utc(end)
     if end <= start:
         raise ValueError(f"time range is empty: start {start.isoformat()} is not before end {end.isoformat()}")
     return _run(store, name, start=start, end=end)
@@ -169,7 +161,7 @@ def run_task_types(store, run_id: str) -> pd.DataFrame:
 
 def run_for_period(store, start: datetime, end: datetime, min_overlap: float = 0.9) -> str | None:
     """The newest run whose period covers at least ``min_overlap`` of ``[start, end)``; None if none."""
-    start, end = _utc(start), _utc(end)
+    start, end = queries.naive_utc(start), queries.naive_utc(end)
     df = _run(store, "planner_run_for_period", start=start, end=end, min_overlap=float(min_overlap))
     return str(df["run_id"].iloc[0]) if len(df) else None
 

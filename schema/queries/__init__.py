@@ -3,7 +3,8 @@
 Each query is one ``.sql`` file in this folder, ``<name>.sql``, with typed ``{param:Type}``
 placeholders bound by the driver. :func:`run` loads it by name and returns a pandas DataFrame;
 a query may mark optional parts ``-- section: <name>`` ... ``-- end section: <name>`` (whole lines)
-that a caller omits when it asks for nothing they compute (:func:`sql_without`);
+that a caller omits when it asks for nothing they compute (:func:`sql_without`), and include a
+fragment several queries share with a line ``-- include: <fragment>`` (``<fragment>.sql``);
 domain modules beside this file (``cost.py``, ``ops.py``, ...) wrap the queries in typed functions
 with documented units. Callers contain no SQL.
 """
@@ -26,15 +27,20 @@ class UnknownQuery(KeyError):
     """No ``<name>.sql`` in schema/queries."""
 
 
+# a part several queries share: a whole line "-- include: <name>" stands for the text of <name>.sql,
+# a fragment (no statement of its own: its header says where it fits and what it expects)
+_INCLUDE = re.compile(r"^[ \t]*-- include: (\w+)[ \t]*$", re.M)
+
+
 @lru_cache(maxsize=None)
 def sql(name: str) -> str:
-    """The text of the named query; raises UnknownQuery."""
+    """The text of the named query, its fragments included; raises UnknownQuery."""
     if not _NAME.match(name):
         raise UnknownQuery(f"bad query name {name!r}")
     path = QUERIES_DIR / f"{name}.sql"
     if not path.is_file():
         raise UnknownQuery(f"no named query {name!r} (expected {path})")
-    return path.read_text()
+    return _INCLUDE.sub(lambda m: sql(m.group(1)).rstrip("\n"), path.read_text())
 
 
 # an optional part of a query: from a "-- section: <name>" line to its "-- end section: <name>" line

@@ -1,17 +1,9 @@
 -- Live operations, fleet tiles: one row per window, 'current' = [start, end) and 'previous' =
 -- [prev_start, start); a call belongs to the window in which it ENDED (finished requests only).
--- Engine rows (vLLM llm_request) carry no task context, so the tenant / task-type filters reach them
--- through their parent span (the gateway or client attempt that sent them). Raw counts and windowed
--- quantiles only; schema/queries/ops.py derives rates and ratios and documents them. Errors are
--- the replica's fault only: error_class upstream_error or timeout (docs/telemetry.md "Error classes").
-WITH ctx AS (
-    SELECT span_id
-    FROM llm_calls
-    WHERE call_source IN ('gateway', 'client')
-      AND start_time >= {prev_start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-      AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-      AND ({task_type:String} = '' OR task_type = {task_type:String})
-)
+-- Filters: ops_call_filters.sql. Raw counts and windowed quantiles only; schema/queries/ops.py derives
+-- rates and ratios and documents them. Errors are the replica's fault only: error_class
+-- upstream_error or timeout (docs/telemetry.md "Error classes").
+WITH {prev_start:DateTime64(3)} AS p_from
 SELECT
     if(end_time >= {start:DateTime64(3)}, 'current', 'previous') AS window,
     countIf(call_source = 'engine') AS engine_requests,
@@ -29,12 +21,7 @@ SELECT
     countIf(call_source = 'client' AND ifNull(task_attempt, 1) >= 2) AS client_retries,
     countIf(call_source = 'client' AND error_class IN ('upstream_error', 'timeout')) AS client_errors
 FROM llm_calls
-WHERE start_time >= {prev_start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-  AND end_time >= {prev_start:DateTime64(3)} AND end_time < {end:DateTime64(3)}
-  AND ({model:String} = '' OR model = {model:String})
-  AND (({tenant:String} = '' AND {task_type:String} = '')
-       OR (call_source = 'engine' AND parent_span_id IN (SELECT span_id FROM ctx))
-       OR (call_source != 'engine'
-           AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-           AND ({task_type:String} = '' OR task_type = {task_type:String})))
+WHERE start_time >= p_from - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
+  AND end_time >= p_from AND end_time < {end:DateTime64(3)}
+  -- include: ops_call_filters
 GROUP BY window

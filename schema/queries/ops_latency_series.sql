@@ -5,14 +5,7 @@
 -- errors / attempts: failed gateway attempts (the replica's fault: error_class upstream_error or
 -- timeout) / gateway attempts where the gateway routed to the replica in that bucket, else the
 -- engine rows' own.
-WITH ctx AS (
-    SELECT span_id
-    FROM llm_calls
-    WHERE call_source IN ('gateway', 'client')
-      AND start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-      AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-      AND ({task_type:String} = '' OR task_type = {task_type:String})
-)
+WITH {start:DateTime64(3)} AS p_from
 SELECT
     toStartOfInterval(end_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
     replica,
@@ -27,13 +20,8 @@ SELECT
     if(countIf(call_source = 'gateway') > 0, countIf(call_source = 'gateway'), countIf(call_source = 'engine')) AS attempts
 FROM llm_calls
 WHERE call_source IN ('engine', 'gateway') AND replica != ''
-  AND start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-  AND end_time >= {start:DateTime64(3)} AND end_time < {end:DateTime64(3)}
-  AND ({model:String} = '' OR model = {model:String})
-  AND (({tenant:String} = '' AND {task_type:String} = '')
-       OR (call_source = 'engine' AND parent_span_id IN (SELECT span_id FROM ctx))
-       OR (call_source = 'gateway'
-           AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-           AND ({task_type:String} = '' OR task_type = {task_type:String})))
+  AND start_time >= p_from - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
+  AND end_time >= p_from AND end_time < {end:DateTime64(3)}
+  -- include: ops_call_filters
 GROUP BY GROUPING SETS ((bucket), (bucket, replica))
 ORDER BY bucket, replica

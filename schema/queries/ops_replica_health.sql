@@ -3,14 +3,7 @@
 -- Gateway attempts that failed before reaching an engine (crashed / refusing replica) are counted
 -- per replica too (gateway_errors), since the engine never exported a span for them. Errors count
 -- against a replica only when they were its fault: error_class upstream_error or timeout.
-WITH ctx AS (
-    SELECT span_id
-    FROM llm_calls
-    WHERE call_source IN ('gateway', 'client')
-      AND start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-      AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-      AND ({task_type:String} = '' OR task_type = {task_type:String})
-)
+WITH {start:DateTime64(3)} AS p_from
 SELECT
     replica,
     anyIf(gpu_type, call_source = 'engine') AS gpu_type,
@@ -25,13 +18,8 @@ SELECT
     quantileExactIf(0.95)(e2e_s, call_source = 'engine') AS e2e_p95_s
 FROM llm_calls
 WHERE call_source IN ('engine', 'gateway') AND replica != ''
-  AND start_time >= {start:DateTime64(3)} - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
-  AND end_time >= {start:DateTime64(3)} AND end_time < {end:DateTime64(3)}
-  AND ({model:String} = '' OR model = {model:String})
-  AND (({tenant:String} = '' AND {task_type:String} = '')
-       OR (call_source = 'engine' AND parent_span_id IN (SELECT span_id FROM ctx))
-       OR (call_source = 'gateway'
-           AND ({tenant:String} = '' OR tenant_id = {tenant:String})
-           AND ({task_type:String} = '' OR task_type = {task_type:String})))
+  AND start_time >= p_from - INTERVAL 1 HOUR AND start_time < {end:DateTime64(3)}
+  AND end_time >= p_from AND end_time < {end:DateTime64(3)}
+  -- include: ops_call_filters
 GROUP BY replica
 ORDER BY replica

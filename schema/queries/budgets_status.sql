@@ -16,10 +16,7 @@ WITH
     -- now)) from cost_hours, the rest raw (history below the watermark, live from it on, as the view
     -- call_costs): each minute from one of them. An hour row is wholly in or out of the day (both
     -- periods start at midnight UTC).
-    {rollup_start:DateTime} AS p_hs,
-    {rollup_end:DateTime} AS p_re,
-    {rollup_versions:Array(UInt64)} AS p_versions,
-    {watermark:DateTime} AS p_wm,
+    -- include: cost_rollup_params
     -- no budget synced: no piece is read (the spend is only shown beside a budget)
     (SELECT count() > 0 FROM budgets) AS p_any_budget,
     spend AS (

@@ -14,14 +14,7 @@ WITH
     {end:DateTime} AS p_end,
     {bucket_seconds:UInt32} AS p_bucket,
     {by:String} AS p_by,
-    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
-    {rollup_start:DateTime} AS p_hs,
-    {rollup_end:DateTime} AS p_re,
-    {rollup_versions:Array(UInt64)} AS p_versions,
-    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
-    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
-    -- were a third of this query's planning time)
-    {watermark:DateTime} AS p_wm,
+    -- include: cost_rollup_params
     pieces AS (
         SELECT toStartOfInterval(minute, toIntervalSecond(p_bucket)) AS bucket,
                multiIf(p_by = 'task_type', task_type, p_by = 'tenant', tenant_id, p_by = 'model', model,

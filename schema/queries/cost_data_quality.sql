@@ -14,14 +14,7 @@
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
-    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
-    {rollup_start:DateTime} AS p_hs,
-    {rollup_end:DateTime} AS p_re,
-    {rollup_versions:Array(UInt64)} AS p_versions,
-    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
-    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
-    -- were a third of this query's planning time)
-    {watermark:DateTime} AS p_wm,
+    -- include: cost_rollup_params
     rm AS (
         SELECT replica,
                sum(r_up_minutes) AS up_minutes,

@@ -39,18 +39,11 @@ WITH
     {task_type:String} AS f_task_type,
     (f_model = '' AND f_tenant = '' AND f_task_type = '') AS unfiltered,
     dateDiff('second', p_start, p_end) / 3600.0 AS hours,
-    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
-    {rollup_start:DateTime} AS p_hs,
-    {rollup_end:DateTime} AS p_re,
-    {rollup_versions:Array(UInt64)} AS p_versions,
+    -- include: cost_rollup_params
     -- the same for the previous period (cost.rollup_span of [p_lo, p_start))
     {prev_rollup_start:DateTime} AS q_hs,
     {prev_rollup_end:DateTime} AS q_re,
     {prev_rollup_versions:Array(UInt64)} AS q_versions,
-    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
-    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
-    -- were a third of this query's planning time)
-    {watermark:DateTime} AS p_wm,
     fine AS (
         -- the pieces summed by the finest key first (a few hundred rows), then spread over the groupings
         SELECT prev, task_type, tenant_id, model, if(has(p_bys, 'replica') AND NOT prev, replica, '') AS rep,

@@ -22,14 +22,7 @@ WITH
     {end:DateTime} AS p_end,
     {window_seconds:UInt32} AS p_win,
     toStartOfHour(p_start) AS p_h0,
-    -- the rollups cover [p_hs, p_re), version p_versions[i] for its i-th hour (cost.rollup_span)
-    {rollup_start:DateTime} AS p_hs,
-    {rollup_end:DateTime} AS p_re,
-    {rollup_versions:Array(UInt64)} AS p_versions,
-    -- the watermark bound (cost.rollup_span): history below it, live from it on, as the views
-    -- call_costs / replica_minutes / tasks read them (their two scalar subqueries per reference
-    -- were a third of this query's planning time)
-    {watermark:DateTime} AS p_wm,
+    -- include: cost_rollup_params
     -- the blocks read whole (cost.rollup_span): start of each, and the version of its rows
     {block_starts:Array(DateTime)} AS p_blocks,
     {block_versions:Array(UInt64)} AS p_block_versions,

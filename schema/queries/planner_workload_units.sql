@@ -6,12 +6,7 @@
 WITH
     {start:DateTime} AS p_start,
     {end:DateTime} AS p_end,
-    started AS (
-        SELECT task_id FROM tasks
-        WHERE minute >= p_start AND minute < p_end + INTERVAL 1 DAY
-          AND start_time >= p_start AND start_time < p_end
-          AND task_id != ''
-    )
+    -- include: planner_started_tasks
 SELECT
     task_id,
     arraySort(x -> x.1, groupArray(tuple(start_time, prompt_tokens, output_tokens,

@@ -43,6 +43,13 @@ def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
     return a
 
 
+def usage_attrs(input_tokens: int | None, cached_tokens: int | None, output_tokens: int | None) -> dict:
+    """The call's ``gen_ai.usage.*`` token counts, each left out while unknown (None)."""
+    usage = {sc.GEN_AI_USAGE_INPUT_TOKENS: input_tokens, sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached_tokens,
+             sc.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens}
+    return {k: v for k, v in usage.items() if v is not None}
+
+
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
                  finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None,
                  call: int = 1, cached_tokens: int | None = None) -> dict:
@@ -57,12 +64,7 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
         sc.CLIENT_TOKENS_RECEIVED: tokens_received,
         sc.CLIENT_PARTIAL: bool(error_type) and tokens_received > 0,
     }
-    if input_tokens is not None:
-        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
-    if cached_tokens is not None:
-        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
-    if output_tokens is not None:
-        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = json.dumps([finish_reason])
     if ttfc is not None:
@@ -100,12 +102,7 @@ def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status:
     seconds at the gateway."""
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
          sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}
-    if input_tokens is not None:
-        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
-    if cached_tokens is not None:
-        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
-    if output_tokens is not None:
-        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [finish_reason]
     if ttfc is not None:

@@ -50,6 +50,19 @@ def usage_attrs(input_tokens: int | None, cached_tokens: int | None, output_toke
     return {k: v for k, v in usage.items() if v is not None}
 
 
+def outcome_attrs(ttfc: float | None, error_type: str | None, status: int | None = None) -> dict:
+    """How the call went, as far as known: time to first chunk, upstream HTTP status (gateway spans),
+    error type; each left out while unknown."""
+    a = {}
+    if ttfc is not None:
+        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+    if status is not None:
+        a[sc.GATEWAY_UPSTREAM_STATUS] = status
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a
+
+
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
                  finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None,
                  call: int = 1, cached_tokens: int | None = None) -> dict:
@@ -67,10 +80,7 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
     a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = json.dumps([finish_reason])
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type))
     return a
 
 
@@ -80,12 +90,7 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
          sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model, **(step_ctx or {})}
     if replica:
         a[sc.GATEWAY_REPLICA] = replica
-    if status is not None:
-        a[sc.GATEWAY_UPSTREAM_STATUS] = status
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type, status))
     return a
 
 
@@ -105,10 +110,5 @@ def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status:
     a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [finish_reason]
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if status is not None:
-        a[sc.GATEWAY_UPSTREAM_STATUS] = status
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type, status))
     return a

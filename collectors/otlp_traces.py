@@ -223,6 +223,26 @@ def _lenient_span_problem(span) -> str:
     return ""
 
 
+def _json_children(doc, camel: str, snake: str, where: str, rejections: _Rejections) -> list:
+    """The list ``doc`` holds under ``camel`` (or ``snake``); none when doc is no object, and none, with a
+    rejection of no spans, when that is no list."""
+    children = (doc.get(camel, doc.get(snake)) or []) if isinstance(doc, dict) else []
+    if not isinstance(children, list):
+        rejections.add(0, f"{where} is not a list")
+        return []
+    return children
+
+
+def _parse_json_envelope(doc, field: str, message, holder) -> None:
+    """Parse ``doc[field]`` (a resource or an instrumentation scope) into ``message`` and doc's schema URL
+    into ``holder.schema_url``; raises ValueError (doc is no object), json_format.ParseError, TypeError or
+    AttributeError."""
+    if not isinstance(doc, dict):
+        raise ValueError("not an object")
+    json_format.ParseDict(doc.get(field) or {}, message, ignore_unknown_fields=True)
+    holder.schema_url = str(doc.get("schemaUrl", doc.get("schema_url", "")) or "")
+
+
 def _from_json(doc: dict, rejections: _Rejections, truncations: common.Truncations) -> ExportTraceServiceRequest:
     """OTLP JSON -> request; spans with bad ids or bad fields are rejected one by one."""
     request = ExportTraceServiceRequest()
@@ -233,15 +253,10 @@ def _from_json(doc: dict, rejections: _Rejections, truncations: common.Truncatio
         truncations.note("nested attribute value", 0, 0, "nested")
     for rs_i, rs_doc in enumerate(resource_spans):
         rs = request.resource_spans.add()
-        scope_spans = (rs_doc.get("scopeSpans", rs_doc.get("scope_spans")) or []) if isinstance(rs_doc, dict) else []
-        if not isinstance(scope_spans, list):
-            rejections.add(0, f"resourceSpans[{rs_i}].scopeSpans is not a list")
-            scope_spans = []
+        scope_spans = _json_children(rs_doc, "scopeSpans", "scope_spans", f"resourceSpans[{rs_i}].scopeSpans",
+                                     rejections)
         try:
-            if not isinstance(rs_doc, dict):
-                raise ValueError("not an object")
-            json_format.ParseDict(rs_doc.get("resource") or {}, rs.resource, ignore_unknown_fields=True)
-            rs.schema_url = str(rs_doc.get("schemaUrl", rs_doc.get("schema_url", "")) or "")
+            _parse_json_envelope(rs_doc, "resource", rs.resource, rs)
         except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
             n = sum(len(s.get("spans") or []) for s in scope_spans
                     if isinstance(s, dict) and isinstance(s.get("spans"), list))
@@ -250,15 +265,10 @@ def _from_json(doc: dict, rejections: _Rejections, truncations: common.Truncatio
             continue
         for ss_i, ss_doc in enumerate(scope_spans):
             ss = rs.scope_spans.add()
-            spans = (ss_doc.get("spans") or []) if isinstance(ss_doc, dict) else []
-            if not isinstance(spans, list):
-                rejections.add(0, f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].spans is not a list")
-                spans = []
+            spans = _json_children(ss_doc, "spans", "spans", f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].spans",
+                                   rejections)
             try:
-                if not isinstance(ss_doc, dict):
-                    raise ValueError("not an object")
-                json_format.ParseDict(ss_doc.get("scope") or {}, ss.scope, ignore_unknown_fields=True)
-                ss.schema_url = str(ss_doc.get("schemaUrl", ss_doc.get("schema_url", "")) or "")
+                _parse_json_envelope(ss_doc, "scope", ss.scope, ss)
             except (json_format.ParseError, ValueError, TypeError, AttributeError) as exc:
                 rejections.add(len(spans), f"resourceSpans[{rs_i}].scopeSpans[{ss_i}].scope: {exc}")
                 del rs.scope_spans[-1]

@@ -137,25 +137,24 @@ def attributes(d: dict) -> bytes:
         t = type(v)
         if t is float:
             parts.append(_attr_float(k, v))
-        elif t is int:
-            if 0 <= v < 4096:  # attempts, retries, status codes, most token counts: cache them
-                b = cache.get((k, v, t))
-                if b is None:
-                    if len(cache) > 200_000:
-                        cache.clear()
-                    b = cache[(k, v, t)] = _attr_int(k, v)
-                parts.append(b)
-            else:
-                parts.append(_attr_int(k, v))
-        elif t is str and len(v) < 64 or t is bool:
-            b = cache.get((k, v, t))
-            if b is None:
-                if len(cache) > 200_000:
-                    cache.clear()
-                b = cache[(k, v, t)] = attribute(k, v)
-            parts.append(b)
-        elif v is not None:
-            parts.append(attribute(k, v))
+            continue
+        if t is int:
+            encode = _attr_int
+            cached = 0 <= v < 4096  # attempts, retries, status codes, most token counts
+        elif v is None:
+            continue
+        else:
+            encode = attribute
+            cached = t is bool or t is str and len(v) < 64
+        if not cached:
+            parts.append(encode(k, v))
+            continue
+        b = cache.get((k, v, t))
+        if b is None:
+            if len(cache) > 200_000:
+                cache.clear()
+            b = cache[(k, v, t)] = encode(k, v)
+        parts.append(b)
     return b"".join(parts)
 
 

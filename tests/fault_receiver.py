@@ -45,11 +45,31 @@ def _store(store_dir: str, lazy: bool = False):
     return store
 
 
-class GatedSink:
+class FaultyInserts:
+    """The real store behind a fault switch: ``raw_insert`` and ``insert`` first call ``_check``, which a
+    subclass makes raise StoreUnavailable while its fault is on (also used by tests/test_durability.py)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def _check(self) -> None:
+        raise NotImplementedError
+
+    def raw_insert(self, *args, **kwargs):
+        self._check()
+        return self.store.raw_insert(*args, **kwargs)
+
+    def insert(self, *args, **kwargs):
+        self._check()
+        return self.store.insert(*args, **kwargs)
+
+
+class GatedSink(FaultyInserts):
     """The real store, except while ``<gate>/down`` exists: then every insert is refused as unreachable."""
 
     def __init__(self, store, gate: Path):
-        self.store, self.gate = store, gate
+        super().__init__(store)
+        self.gate = gate
 
     @property
     def embedded(self):
@@ -60,14 +80,6 @@ class GatedSink:
 
         if (self.gate / "down").exists():
             raise StoreUnavailable("injected: store down (gate file)", "fault", "unreachable")
-
-    def raw_insert(self, *args, **kwargs):
-        self._check()
-        return self.store.raw_insert(*args, **kwargs)
-
-    def insert(self, *args, **kwargs):
-        self._check()
-        return self.store.insert(*args, **kwargs)
 
     def clone(self):
         # the writer's extra clients (inserts in flight) go through the same gate

@@ -12,7 +12,15 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field, replace
+from contextlib import contextmanager
 from typing import Callable
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from serving.gateway import Gateway, GatewayConfig, ServerThread
+from serving.gateway.sse import read_body
 
 USAGE_MODES = ("final", "in_last_choice", "cumulative", "none")
 
@@ -84,12 +92,7 @@ class StubUpstream:
                     f'vllm:num_requests_running{{model_name="m",engine="0"}} {self.running}\n').encode()
             await _plain(send, 200, text, b"text/plain")
             return
-        body = b""
-        while True:
-            msg = await receive()
-            body += msg.get("body", b"")
-            if not msg.get("more_body"):
-                break
+        body = await read_body(receive)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         req = json.loads(body or b"{}")
         self.requests.append((scope["path"], req, headers))
@@ -191,3 +194,30 @@ async def _plain(send, status, body, ctype, extra=()):
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), *extra]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def memory_tracing() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A tracer provider that hands each span to an in-memory exporter as it ends."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+@contextmanager
+def gateway_servers(tracer_provider: TracerProvider):
+    """Yields ``start(upstreams, **config) -> (gateway, url)``, which serves a real gateway in front of
+    ``upstreams`` (a list of :class:`serving.gateway.Upstream`); every gateway started is stopped at the end."""
+    running = []
+
+    def start(upstreams, **config):
+        gateway = Gateway(GatewayConfig(upstreams, **config), tracer_provider=tracer_provider)
+        server = ServerThread(gateway).start()
+        running.append(server)
+        return gateway, server.url
+
+    try:
+        yield start
+    finally:
+        for server in running:
+            server.stop()

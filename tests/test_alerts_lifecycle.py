@@ -4,6 +4,7 @@ hand-made timeline, and the alerts table with its named queries."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
@@ -70,6 +71,18 @@ def test_pending_cancelled_dedup_and_no_data():
     assert _run(lc, [Level.FIRE], for_s=0) == [(0, State.FIRING)]
 
 
+@contextmanager
+def _notifying_evaluator(store):
+    """An evaluator whose notifications go to a webhook receiver (``/hook``); yields both, stops both at the end."""
+    receiver = Receiver()
+    dispatcher = Dispatcher([Notifier("webhook", receiver.url + "/hook")])
+    try:
+        yield Evaluator(store, AlertConfig(), dispatcher), receiver
+    finally:
+        dispatcher.stop()
+        receiver.close()
+
+
 def _replay(evaluator, minutes):
     log = []
     for minute in minutes:
@@ -80,15 +93,9 @@ def _replay(evaluator, minutes):
 
 def test_cascade_end_to_end_recorded_and_notified(store):
     seed_cascade_timeline(store, T0)
-    receiver = Receiver()
-    dispatcher = Dispatcher([Notifier("webhook", receiver.url + "/hook")])
-    evaluator = Evaluator(store, AlertConfig(), dispatcher)
-    try:
+    with _notifying_evaluator(store) as (evaluator, receiver):
         log = _replay(evaluator, range(1, 23))
-        assert dispatcher.flush(10)
-    finally:
-        dispatcher.stop()
-        receiver.close()
+        assert evaluator.dispatcher.flush(10)
 
     cascades = [(m, state) for m, rule, _, state, _ in log if rule == RULE_CASCADE]
     # ONE cascade: r2's speed steps up in the bucket ending at 12:07 (calls of minute 6), retries (5 of
@@ -142,21 +149,15 @@ def test_open_cascade_naming_a_replica_without_evidence_is_resolved_and_refired_
     retries and queues are up and the evidence points at r2 (speed 1.0 -> 3.0 from 12:06, the other
     replicas' queues after it): r1's cascade resolves and r2's fires, in the table and the notifications."""
     seed_cascade_timeline(store, T0)
-    receiver = Receiver()
-    dispatcher = Dispatcher([Notifier("webhook", receiver.url + "/hook")])
-    evaluator = Evaluator(store, AlertConfig(), dispatcher)
     opened = T0 + 6 * M
     chain = [{"step": "trigger", "rule": "", "replica": "r1", "started_at": opened.isoformat(),
               "summary": "replica r1 timed out or lost 60% of its attempts (was 0%)", "figures": {}}]
-    evaluator.lifecycle.active[(RULE_CASCADE, "")] = Alert(
-        RULE_CASCADE, "", "critical", "r1", State.FIRING, started_at=opened, fired_at=opened,
-        figures={"culprit": "r1", "chain": chain, "candidates": [], "actions": []}, notified=True)
-    try:
+    with _notifying_evaluator(store) as (evaluator, receiver):
+        evaluator.lifecycle.active[(RULE_CASCADE, "")] = Alert(
+            RULE_CASCADE, "", "critical", "r1", State.FIRING, started_at=opened, fired_at=opened,
+            figures={"culprit": "r1", "chain": chain, "candidates": [], "actions": []}, notified=True)
         log = _replay(evaluator, range(7, 23))
-        assert dispatcher.flush(10)
-    finally:
-        dispatcher.stop()
-        receiver.close()
+        assert evaluator.dispatcher.flush(10)
     cascades = [(m, state, note) for m, rule, _, state, note in log if rule == RULE_CASCADE]
     assert cascades == [(9, "resolved", ""), (9, "firing", ""), (20, "resolved", "")]
     rows = q.recent_alerts(store, T0, T0 + 30 * M)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 from dashboard_seed import FOREIGN, MARKUP_NAMES, MODEL, markup
+
+from tests.producers import free_port
 
 pytestmark = pytest.mark.browser
 
@@ -32,12 +33,6 @@ QUERY = "?range=1h&end=2026-11-02T11:00:00Z"
 ERROR_TEXT = ("Traceback (most recent call last)", "StreamlitAPIException", "Error running app")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     yield from _serve(tmp_path_factory)
@@ -47,7 +42,7 @@ def _serve(tmp_path_factory, names: dict | None = None):
     """Serve tests/dashboard_serve.py's seeded store (``names``: its renames) from its own process;
     yields ``(url, task id with retries)`` and stops the process after."""
     assert os.path.exists(CHROMIUM), "Debian's chromium is not installed (make system-deps)"
-    port = _free_port()
+    port = free_port()
     directory = tmp_path_factory.mktemp("dashboard_store")
     env = dict(os.environ, NO_PROXY="127.0.0.1,localhost")
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "dashboard_serve.py"), str(directory / "store"),

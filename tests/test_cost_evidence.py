@@ -14,7 +14,7 @@ from schema import jobs
 from schema import semconv as sc
 from schema.queries import cost
 from tests.producers import scrape, vllm_metrics_page
-from tests.test_cost_scenarios import EXACT, minutes, ns, unix
+from tests.test_cost_scenarios import EXACT, cost_uncounted_engine_call, minutes, ns, unix
 from tests.test_cost_support import _module_store, cstore, Spans, at, fleet_yaml, one, sync, waste_both  # noqa: F401
 
 FLEET = dict(w_prefill=0.25, capacity=1000)
@@ -206,12 +206,7 @@ def test_cached_tokens_by_source_come_before_the_prefix_cache_hit_rate(cstore):
                 by_source={"local_compute": 0, "local_cache_hit": 0, "external_kv_transfer": 0})
     counters(cstore, [(45, zero), (105, dict(prompt=1000, generation=20, queries=1000, hits=100, by_source={
         "local_compute": 600, "local_cache_hit": 300, "external_kv_transfer": 100}))])
-    sp = Spans()
-    e = sp.call(task_id=None, start=62, end=70, prompt=1000, output=20, client=False, gateway=False)
-    sp.flush(cstore)
-    jobs.run_jobs(cstore, start=at(0), end=at(120))
-    row = one(cstore.query_df("SELECT cached_tokens, cached_estimated, work FROM call_costs WHERE call_id = {c:String}",
-                              {"c": e.engine}, tag="test"))
+    row = cost_uncounted_engine_call(cstore)
     # rate 400 / 1000: 400 cached, estimated; work 0.25 x 600 + 20 = 170
     assert (row["cached_tokens"], row["cached_estimated"]) == (400, 1)
     assert row["work"] == pytest.approx(170, **EXACT)

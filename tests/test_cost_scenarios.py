@@ -35,6 +35,31 @@ def minutes(store, columns: str, replica: str = "r1"):
                           {"r": replica}, tag="test")
 
 
+def call_cost(store, call_id, columns="cached_tokens, cached_estimated, work"):
+    """The call's row of call_costs (``columns`` of it)."""
+    return one(store.query_df(f"SELECT {columns} FROM call_costs WHERE call_id = {{c:String}}", {"c": call_id},
+                              tag="test"))
+
+
+def cost_uncounted_engine_call(store):
+    """An engine request in minute 1 (1000 prompt tokens, 20 out) with no cached count anywhere (vLLM's
+    span has none, no gateway in front), costed by the jobs over minutes 0-1: its call_costs row."""
+    sp = Spans()
+    ids = sp.call(task_id=None, start=62, end=70, prompt=1000, output=20, client=False, gateway=False)
+    sp.flush(store)
+    jobs.run_jobs(store, start=at(0), end=at(120))
+    return call_cost(store, ids.engine)
+
+
+def scrape_prefix_hits_in_minute_1(store):
+    """r1's scrapes at 0:45 and 1:45: minute 1 adds 1000 prompt tokens, 450 of them prefix-cache hits, and 20
+    generated."""
+    scrape(store, vllm_metrics_page([{"prompt": 0, "generation": 0, "cached": 0, "created": unix(0)}]), replica="r1",
+           at_ns=ns(45))
+    scrape(store, vllm_metrics_page([{"prompt": 1000, "generation": 20, "cached": 450, "created": unix(0)}]),
+           replica="r1", at_ns=ns(105))
+
+
 def pieces(store, task_id):
     return cost.task_calls(store, task_id).set_index(["task_step", "task_call", "task_attempt"])
 
@@ -215,18 +240,8 @@ def test_goodput_uses_the_clients_ttft(cstore):
 
 def test_cached_tokens_estimated_from_the_counter_hit_rate(cstore):
     sync(cstore, fleet_yaml(w_prefill=0.25))
-    # minute 1's scrape: +1000 prompt tokens, 450 of them prefix-cache hits, +20 generated
-    scrape(cstore, vllm_metrics_page([{"prompt": 0, "generation": 0, "cached": 0, "created": unix(0)}]), replica="r1",
-           at_ns=ns(45))
-    scrape(cstore, vllm_metrics_page([{"prompt": 1000, "generation": 20, "cached": 450, "created": unix(0)}]),
-           replica="r1", at_ns=ns(105))
-    sp = Spans()
-    # an engine request with no cached count anywhere (vLLM's span has none, no gateway in front)
-    ids = sp.call(task_id=None, start=62, end=70, prompt=1000, output=20, client=False, gateway=False)
-    sp.flush(cstore)
-    jobs.run_jobs(cstore, start=at(0), end=at(120))
-    row = one(cstore.query_df("SELECT cached_tokens, cached_estimated, work FROM call_costs WHERE call_id = {c:String}",
-                              {"c": ids.engine}, tag="test"))
+    scrape_prefix_hits_in_minute_1(cstore)
+    row = cost_uncounted_engine_call(cstore)
     # hit rate 450 / 1000: 450 cached, estimated; work 0.25 x 550 + 20 = 157.5
     assert (row["cached_tokens"], row["cached_estimated"]) == (450, 1)
     assert row["work"] == pytest.approx(157.5, **EXACT)
@@ -237,17 +252,13 @@ def test_cached_tokens_estimated_from_the_counter_hit_rate(cstore):
 
 def test_cached_tokens_from_the_gateway_usage_win_over_the_estimate(cstore):
     sync(cstore, fleet_yaml(w_prefill=0.25))
-    scrape(cstore, vllm_metrics_page([{"prompt": 0, "generation": 0, "cached": 0, "created": unix(0)}]), replica="r1",
-           at_ns=ns(45))
-    scrape(cstore, vllm_metrics_page([{"prompt": 1000, "generation": 20, "cached": 450, "created": unix(0)}]),
-           replica="r1", at_ns=ns(105))
+    scrape_prefix_hits_in_minute_1(cstore)
     sp = Spans()
     # the usage chunk said 900 of the 1000 prompt tokens were cached (--enable-prompt-tokens-details)
     ids = sp.call(task_id="C", start=62, end=70, prompt=1000, cached=900, output=20, trace="trC")
     sp.flush(cstore)
     jobs.run_jobs(cstore, start=at(0), end=at(120))
-    row = one(cstore.query_df("SELECT call_source, cached_tokens, cached_estimated, work FROM call_costs "
-                              "WHERE call_id = {c:String}", {"c": ids.engine}, tag="test"))
+    row = call_cost(cstore, ids.engine, "call_source, cached_tokens, cached_estimated, work")
     # the engine span is the evidence; the cached count comes from the gateway: 0.25 x 100 + 20 = 45
     assert (row["call_source"], row["cached_tokens"], row["cached_estimated"]) == ("engine", 900, 0)
     assert row["work"] == pytest.approx(45, **EXACT)

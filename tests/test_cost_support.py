@@ -87,6 +87,14 @@ def _any_value(value, out) -> None:
         out.string_value = str(value)
 
 
+def _chat_attrs(model: str, prompt, cached, output, finishes, ttfc) -> dict:
+    """The GenAI attributes of a chat call that the client and the gateway attempt both record (None: not
+    known to that producer, left out)."""
+    return {sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_REQUEST_MODEL: model, sc.GEN_AI_USAGE_INPUT_TOKENS: prompt,
+            sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached, sc.GEN_AI_USAGE_OUTPUT_TOKENS: output,
+            sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes, sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: ttfc}
+
+
 @dataclass
 class Spans:
     """Collects spans (typed attributes, as the producers set them); :meth:`flush` stores them
@@ -148,17 +156,12 @@ class Spans:
         finishes = [finish] * len(outputs) if ok else None
         baggage = {k: str(v) for k, v in ctx.items() if v is not None}  # the gateway reads task.* from baggage
         if client:
+            chat = _chat_attrs(model, prompt if ok else None, cached if ok else None, got if ok else None, finishes,
+                               client_ttft if got else None)
+            attrs = ctx | chat | {sc.CLIENT_TOKENS_RECEIVED: got, sc.CLIENT_PARTIAL: "true" if partial else "false",
+                                  sc.ERROR_TYPE: None if ok else error_type}
             ids.client = self.span(trace, new_id("c"), "", f"chat {model}", "Client", start - 0.002, end + 0.002,
-                                   "client", ctx | {
-                                       sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_REQUEST_MODEL: model,
-                                       sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if ok else None,
-                                       sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached if ok else None,
-                                       sc.GEN_AI_USAGE_OUTPUT_TOKENS: got if ok else None,
-                                       sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes,
-                                       sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: client_ttft if got else None,
-                                       sc.CLIENT_TOKENS_RECEIVED: got,
-                                       sc.CLIENT_PARTIAL: "true" if partial else "false",
-                                       sc.ERROR_TYPE: None if ok else error_type}, status=status)
+                                   "client", attrs, status=status)
         parent = ids.client
         if gateway:
             ids.request = self.span(trace, new_id("g"), ids.client, "gateway chat", "Server", start - 0.001,
@@ -166,19 +169,13 @@ class Spans:
                                                                    sc.GATEWAY_REPLICA: replica,
                                                                    sc.GATEWAY_ADMISSION: "admitted",
                                                                    sc.GATEWAY_RETRIES: 0}, status=status)
+            chat = _chat_attrs(model, prompt if gateway_prompt else None, cached if gateway_prompt else None,
+                               got if ok else None, finishes, gateway_ttft if got else None)
+            attrs = baggage | {sc.GATEWAY_ATTEMPT: 1, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: "round_robin",
+                               sc.GATEWAY_UPSTREAM_STATUS: upstream_status} | chat | {
+                sc.GATEWAY_TOKENS_STREAMED: got, sc.ERROR_TYPE: None if ok else error_type} | (gateway_extra or {})
             ids.attempt = self.span(trace, new_id("a"), ids.request, "gateway.attempt", "Client", start - 0.0005,
-                                    end + 0.0005, "gateway", baggage | {
-                                        sc.GATEWAY_ATTEMPT: 1, sc.GATEWAY_REPLICA: replica,
-                                        sc.GATEWAY_POLICY: "round_robin", sc.GEN_AI_OPERATION_NAME: "chat",
-                                        sc.GEN_AI_REQUEST_MODEL: model, sc.GATEWAY_UPSTREAM_STATUS: upstream_status,
-                                        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt if gateway_prompt else None,
-                                        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached if gateway_prompt else None,
-                                        sc.GEN_AI_USAGE_OUTPUT_TOKENS: got if ok else None,
-                                        sc.GEN_AI_RESPONSE_FINISH_REASONS: finishes,
-                                        sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: gateway_ttft if got else None,
-                                        sc.GATEWAY_TOKENS_STREAMED: got,
-                                        sc.ERROR_TYPE: None if ok else error_type} | (gateway_extra or {}),
-                                    status=status)
+                                    end + 0.0005, "gateway", attrs, status=status)
             parent = ids.attempt
         if engine:
             request_id = new_id("chatcmpl-")

@@ -7,11 +7,12 @@ started in a subprocess (with its own store directory), never in the pytest proc
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from tests.producers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,16 +39,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_in_background_answers_and_stops(tmp_path):
     script = tmp_path / "serve_bg.py"
     script.write_text(SCRIPT.format(root=str(ROOT)))
-    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(_free_port())],
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "store"), str(free_port())],
                          capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "HEALTH 200 ok PAGE 200 ALIVE False" in out.stdout, out.stdout + out.stderr[-2000:]
@@ -78,7 +73,7 @@ def test_no_page_script_relies_on_streamlit_magic():
 
 def test_dashboard_command_rejects_a_bad_store_url(tmp_path):
     out = subprocess.run([sys.executable, "-m", "infercost.cli", "dashboard", "--clickhouse-url", "postgres://x",
-                          "--port", str(_free_port())], capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+                          "--port", str(free_port())], capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert out.returncode != 0
     assert "unsupported store URL" in out.stderr
 

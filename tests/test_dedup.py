@@ -38,6 +38,7 @@ from schema.queries import ops
 from schema.store import StoreUnavailable
 from serving.emulator import live
 from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
+from serving.gateway.sse import read_body
 from serving.plans import RetryPolicy
 from serving.sdk import CallFailed, InstrumentedOpenAI, make_tracer_provider, task
 
@@ -54,12 +55,7 @@ class Capture:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"] == "/v1/traces":
             self.bodies.append(body)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", PB.encode())]})

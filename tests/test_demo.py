@@ -13,7 +13,6 @@ import io
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.producers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +31,14 @@ def short_demo(tmp_path_factory):
     """The short demo as CI runs it, in a subprocess with its own data dir, shared by the tests below (one
     backfill for all of them): yields once its dashboard answers; SIGTERMs or kills it at the end."""
     tmp_path = tmp_path_factory.mktemp("short_demo")
-    run = {"tmp": tmp_path, "port": _free_port(), "api_port": _free_port(), "summary": tmp_path / "summary.json",
+    run = {"tmp": tmp_path, "port": free_port(), "api_port": free_port(), "summary": tmp_path / "summary.json",
            "log": tmp_path / "demo.log"}
     env = {**os.environ, "INFERCOST_DATA_DIR": str(tmp_path / "data"), "NO_PROXY": "127.0.0.1,localhost",
            "INFERCOST_API_PORT": str(run["api_port"])}
     env.pop("INFERCOST_CLICKHOUSE_URL", None)
     run["env"] = env
     cmd = [sys.executable, "-m", "infercost.cli", "demo", "--duration", "10m", "--backfill-days", "1",
-           "--incident-after", "40s", "--port", str(run["port"]), "--receiver-port", str(_free_port()),
+           "--incident-after", "40s", "--port", str(run["port"]), "--receiver-port", str(free_port()),
            "--summary-json", str(run["summary"])]
     log = run["log"].open("w")
     proc = run["proc"] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

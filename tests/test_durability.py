@@ -26,6 +26,7 @@ from collectors.receiver import Receiver, ReceiverConfig
 from collectors.spool import FILE_MAGIC, HEADER, KIND_TRACES, Spool, SpoolFull, SpoolLocked, encode_record
 from conftest import ROOT, emptied
 from schema.store import StorePayloadError, StoreUnavailable
+from tests.fault_receiver import FaultyInserts
 
 T0 = 1_764_400_000_000_000_000
 PB = {"content-type": "application/x-protobuf"}
@@ -166,11 +167,11 @@ def test_sigkill_after_200_loses_nothing(tmp_path):
 
 # --- the store going away mid-load -------------------------------------------------------------------
 
-class FaultyConnection:
+class FaultyConnection(FaultyInserts):
     """The real store behind a switch: while ``down``, every insert raises StoreUnavailable."""
 
     def __init__(self, store):
-        self.store = store
+        super().__init__(store)
         self.embedded = store.embedded
         self.down = False
         self.refused = 0
@@ -179,14 +180,6 @@ class FaultyConnection:
         if self.down:
             self.refused += 1
             raise StoreUnavailable("injected fault: connection refused", "test")
-
-    def raw_insert(self, *args, **kwargs):
-        self._check()
-        return self.store.raw_insert(*args, **kwargs)
-
-    def insert(self, *args, **kwargs):
-        self._check()
-        return self.store.insert(*args, **kwargs)
 
 
 def _wait(predicate, timeout=20.0):

@@ -186,12 +186,18 @@ def fill(path: Path, leave: int = 0, name: str = "ballast") -> Path:
     return ballast
 
 
-def fill_gradually(path: Path) -> list[Path]:
+@contextmanager
+def filled_gradually(path: Path):
     """A disk filling up as disks do: first below the receiver's free-space floor (8 MiB: the disk guard
-    pauses the cost jobs within a second), then completely."""
-    first = fill(path, leave=4 << 20, name="ballast-1")
-    time.sleep(1.5)
-    return [first, fill(path, name="ballast-2")]
+    pauses the cost jobs within a second), then completely; freed again when the block ends."""
+    ballast = [fill(path, leave=4 << 20, name="ballast-1")]
+    try:
+        time.sleep(1.5)
+        ballast.append(fill(path, name="ballast-2"))
+        yield
+    finally:
+        for b in ballast:
+            b.unlink()
 
 
 @pytest.fixture(scope="module")
@@ -214,34 +220,41 @@ def report(fault: str, client: Client, counted: dict, extra: str = "") -> None:
     assert acked == counted["distinct"] == counted["rows"] == counted["llm_calls"], line
 
 
+def copy_template(template: Path, store: Path) -> Path:
+    """A copy of the migrated template store at ``store`` (links kept as links)."""
+    shutil.copytree(template, store, symlinks=True)
+    return store
+
+
+def stop_and_report(r: Receiver, store: Path, fault: str, client: Client, extra: str = "") -> None:
+    """Stop the receiver once it has drained its spool into the store, then report what the store kept."""
+    r.wait_drained()
+    r.stop()
+    report(fault, client, count(store), extra)
+
+
 # --- the faults -----------------------------------------------------------------------------------
 
 def test_store_disk_full(tmp_path, template):
     with tmpfs(tmp_path / "disk", "48m") as disk:
-        store = disk / "store"
-        shutil.copytree(template, store, symlinks=True)
+        store = copy_template(template, disk / "store")
         client = Client()
         r = Receiver(tmp_path, store, tmp_path / "spool")
         client.send(r.url, 10)
-        ballast = fill_gradually(disk)
-        client.send(r.url, 30)  # the spool (elsewhere) takes them; the store refuses
-        time.sleep(1.0)
-        health = r.health()
-        assert health["status"] == "degraded" and health["store_reason"] == "out_of_space", health
-        assert any("cost jobs paused" in reason for reason in health["reasons"]), health
-        assert client.answers[200] == 40
-        for b in ballast:
-            b.unlink()
+        with filled_gradually(disk):
+            client.send(r.url, 30)  # the spool (elsewhere) takes them; the store refuses
+            time.sleep(1.0)
+            health = r.health()
+            assert health["status"] == "degraded" and health["store_reason"] == "out_of_space", health
+            assert any("cost jobs paused" in reason for reason in health["reasons"]), health
+            assert client.answers[200] == 40
         r.wait_drained()
         client.send(r.url, 5)
-        r.wait_drained()
-        r.stop()
-        report("store disk full", client, count(store), f"; /health while full: {health['reasons'][0]}")
+        stop_and_report(r, store, "store disk full", client, f"; /health while full: {health['reasons'][0]}")
 
 
 def test_store_directory_not_writable(tmp_path, template):
-    store = tmp_path / "store"
-    shutil.copytree(template, store, symlinks=True)
+    store = copy_template(template, tmp_path / "store")
     client = Client()
     r = Receiver(tmp_path, store, tmp_path / "spool", unprivileged=True)
     client.send(r.url, 10)
@@ -254,14 +267,11 @@ def test_store_directory_not_writable(tmp_path, template):
         assert health["status"] == "degraded" and health["store_reason"] == "permission_denied", health
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(store / "store")], check=True)
-    r.wait_drained()
-    r.stop()
-    report("store directory not writable", client, count(store), f"; /health meanwhile: {health['reasons'][0]}")
+    stop_and_report(r, store, "store directory not writable", client, f"; /health meanwhile: {health['reasons'][0]}")
 
 
 def test_spool_disk_full_and_kill_9_while_full(tmp_path, template):
-    store = tmp_path / "store"
-    shutil.copytree(template, store, symlinks=True)
+    store = copy_template(template, tmp_path / "store")
     gate = tmp_path / "gate"
     gate.mkdir()
     (gate / "down").touch()  # the store is down: everything stays in the spool until it is full
@@ -277,34 +287,26 @@ def test_spool_disk_full_and_kill_9_while_full(tmp_path, template):
         r = Receiver(tmp_path, store, spool, "--gate", str(gate))
         r.wait_drained()
         client.send(r.url, 10)
-        r.wait_drained()
-        r.stop()
-        report("spool disk full (+ kill -9 while full)", client, count(store))
+        stop_and_report(r, store, "spool disk full (+ kill -9 while full)", client)
 
 
 def test_shared_data_disk_full(tmp_path, template):
     with tmpfs(tmp_path / "data", "48m") as data:  # the default layout: <data dir>/clickhouse, <data dir>/spool
-        store = data / "clickhouse"
-        shutil.copytree(template, store, symlinks=True)
+        store = copy_template(template, data / "clickhouse")
         client = Client()
         r = Receiver(tmp_path, store, data / "spool")
         client.send(r.url, 10)
         r.wait_drained()
-        ballast = fill_gradually(data)
-        client.send(r.url, 20)
-        health = r.health()
-        assert client.answers[503] > 0, client.answers  # no 200 for what is not on disk
-        for b in ballast:
-            b.unlink()
+        with filled_gradually(data):
+            client.send(r.url, 20)
+            health = r.health()
+            assert client.answers[503] > 0, client.answers  # no 200 for what is not on disk
         client.send(r.url, 10)
-        r.wait_drained()
-        r.stop()
-        report("spool + store disk full", client, count(store), f"; /health while full: {health['reasons']}")
+        stop_and_report(r, store, "spool + store disk full", client, f"; /health while full: {health['reasons']}")
 
 
 def test_kill_9_during_a_spool_write(tmp_path, template):
-    store = tmp_path / "store"
-    shutil.copytree(template, store, symlinks=True)
+    store = copy_template(template, tmp_path / "store")
     client = Client()
     r = Receiver(tmp_path, store, tmp_path / "spool", "--kill-on-append", "8")
     client.send(r.url, 12)
@@ -313,9 +315,7 @@ def test_kill_9_during_a_spool_write(tmp_path, template):
     r.log.close()
     r = Receiver(tmp_path, store, tmp_path / "spool")  # restart: the torn record is cut, the rest replayed
     client.send(r.url, 5)
-    r.wait_drained()
-    r.stop()
-    report("kill -9 during a spool write", client, count(store))
+    stop_and_report(r, store, "kill -9 during a spool write", client)
 
 
 def _collector(tmp: Path, *args: str, env: dict) -> tuple[subprocess.Popen, str, Path]:
@@ -335,7 +335,7 @@ def _collector(tmp: Path, *args: str, env: dict) -> tuple[subprocess.Popen, str,
 def test_store_down_when_the_collector_starts(tmp_path, template):
     data = tmp_path / "data"
     data.mkdir()
-    shutil.copytree(template, data / "clickhouse", symlinks=True)
+    copy_template(template, data / "clickhouse")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
                                "from schema.store import connect; s = connect('chdb://' + sys.argv[2]); "
                                "print('held', flush=True); time.sleep(600)", str(ROOT), str(data / "clickhouse")],

@@ -12,17 +12,14 @@ import time
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from schema import semconv as sc
-from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream, parse_upstream
+from serving.gateway import GatewayConfig, ServerThread, Upstream, parse_upstream
 from serving.gateway.admission import Admission, Rejected
 from serving.gateway.budget import RetryBudget
 from serving.gateway.routing import Router
 from serving.gateway.scraper import parse_load
-from tests.stub_upstream import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream, gateway_servers, memory_tracing
 from serving.sdk.context import inject_headers, with_task_baggage
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
@@ -144,10 +141,7 @@ def test_admission_caps_and_priority_queue():
 
 @pytest.fixture
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return provider, exporter
+    return memory_tracing()
 
 
 @pytest.fixture(scope="module")
@@ -166,18 +160,11 @@ def make_gateway(replicas, spans):
         s.requests.clear()
         s.peers.clear()
         s.script = lambda req, headers: Behaviour()
-    running = []
+    with gateway_servers(spans[0]) as start:
+        def make(n=2, **kwargs):
+            return start([Upstream(f"r{i}", servers[i].url) for i in range(n)], **kwargs)
 
-    def make(n=2, **kwargs):
-        config = GatewayConfig([Upstream(f"r{i}", servers[i].url) for i in range(n)], **kwargs)
-        gateway = Gateway(config, tracer_provider=spans[0])
-        server = ServerThread(gateway).start()
-        running.append(server)
-        return gateway, server.url
-
-    yield make
-    for server in running:
-        server.stop()
+        yield make
 
 
 def finished(exporter, name, n=1):

@@ -11,20 +11,12 @@ import time
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from schema import semconv as sc
-from serving.gateway import Gateway, GatewayConfig, ServerThread, Upstream
-from tests.stub_upstream import Behaviour, StubUpstream
+from serving.gateway import ServerThread, Upstream
+from tests.stub_upstream import Behaviour, StubUpstream, gateway_servers, memory_tracing
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-
-
-@pytest.fixture
-def exporter():
-    return InMemorySpanExporter()
 
 
 @pytest.fixture
@@ -46,21 +38,22 @@ def blackhole():
 
 
 @pytest.fixture
-def gateway_for(exporter):
-    running = []
+def spans():
+    return memory_tracing()
 
-    def make(upstreams: dict[str, str], **kwargs):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(exporter))
-        gateway = Gateway(GatewayConfig([Upstream(k, v) for k, v in upstreams.items()], **kwargs),
-                          tracer_provider=provider)
-        server = ServerThread(gateway).start()
-        running.append(server)
-        return gateway, server.url
 
-    yield make
-    for server in running:
-        server.stop()
+@pytest.fixture
+def exporter(spans):
+    return spans[1]
+
+
+@pytest.fixture
+def gateway_for(spans):
+    with gateway_servers(spans[0]) as start:
+        def make(upstreams: dict[str, str], **kwargs):
+            return start([Upstream(k, v) for k, v in upstreams.items()], **kwargs)
+
+        yield make
 
 
 def attempts(exporter, n=1):

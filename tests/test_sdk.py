@@ -9,13 +9,10 @@ import asyncio
 import random
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from schema import semconv as sc
 from serving.gateway.server import ServerThread
-from tests.stub_upstream import Behaviour, StubUpstream
+from tests.stub_upstream import Behaviour, StubUpstream, memory_tracing
 from serving.plans import RetryPolicy
 from serving.sdk import AsyncInstrumentedOpenAI, CallFailed, InstrumentedOpenAI, StreamUsage, current_task, task
 from serving.sdk.retry import backoff_s, parse_retry_after
@@ -25,10 +22,7 @@ MSG = [{"role": "user", "content": "secret prompt"}]
 
 @pytest.fixture
 def spans():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
+    return memory_tracing()
 
 
 @pytest.fixture(scope="module")

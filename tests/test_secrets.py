@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,11 @@ import httpx
 
 from schema.redact import install_log_redaction, redact, register_secret
 from schema.store import StoreUnavailable
+from tests.producers import free_port
 
 PASSWORD = "pw-Zq81-secret"
 TOKEN = "tok-9f3a77-secret"
 INFERCOST = str(Path(sys.executable).with_name("infercost"))
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _env(tmp_path) -> dict:
@@ -97,7 +91,7 @@ def test_redacted_records_keep_their_arguments_for_formatters_that_read_them():
 
 def test_cli_outputs_never_show_the_password(tmp_path):
     env = _env(tmp_path)
-    url = f"http://infercost:{PASSWORD}@127.0.0.1:{_closed_port()}/infercost"
+    url = f"http://infercost:{PASSWORD}@127.0.0.1:{free_port()}/infercost"
     outputs = []
     for args in (["migrate", "--clickhouse-url", url], ["up", "--clickhouse-url", url, "--no-alerts"]):
         done = subprocess.run([INFERCOST, *args], capture_output=True, text=True, env=env, timeout=120)

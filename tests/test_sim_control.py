@@ -8,7 +8,7 @@ from collections import defaultdict
 import pytest
 
 from serving.emulator.fleet_sim import ReplicaSpec, simulate
-from serving.emulator.otlp import MemorySink, span_attrs
+from serving.emulator.otlp import MemorySink
 from serving.emulator.sim_control import AutoscaleRule
 from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 
@@ -19,20 +19,13 @@ def chat(task_id, at, prompt=500, out=400):
     return TaskPlan(task_id, "chat", "acme", at, (StepPlan("answer", (CallPlan(prompt, out),)),))
 
 
-def spans_by_name(sink):
-    out = defaultdict(list)
-    for res, s in sink.spans():
-        out[s.name].append((res, s, span_attrs(s)))
-    return out
-
-
 def test_max_num_seqs_caps_the_running_batch():
     # 1 replica admitting one sequence at a time: the second of two simultaneous calls waits in the
     # engine queue for the whole of the first (vLLM's --max-num-seqs 1).
     sink = MemorySink()
     simulate([chat("a", 1.0), chat("b", 1.0)], [ReplicaSpec("r0", max_num_seqs=1)], sink=sink, start_time_ns=T0)
     engine = sorted(((s.start_time_unix_nano, s.end_time_unix_nano, a) for _, s, a in
-                     spans_by_name(sink)["llm_request"]), key=lambda x: x[:2])
+                     sink.spans_by_name()["llm_request"]), key=lambda x: x[:2])
     (s1, e1, a1), (s2, e2, a2) = engine
     assert s1 == s2  # both arrived together
     assert a1["gen_ai.latency.time_in_queue"] < 0.001
@@ -57,7 +50,7 @@ def test_admission_cap_rejects_with_429_and_clients_retry_after_retry_after():
     summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, start_time_ns=T0,
                     admission_caps={"interactive": 1}, retry_policy=policy, seed=5)
     assert summ.tasks["success"] == 3
-    spans = spans_by_name(sink)
+    spans = sink.spans_by_name()
     rejected = [a for _, _, a in spans["gateway chat"] if a["gateway.admission"] == "rejected"]
     assert len(rejected) == summ.rejections >= 2
     for a in rejected:
@@ -104,7 +97,7 @@ def test_autoscaling_boots_on_load_and_parks_when_idle():
         assert min(scraped[rid]) == 10.0  # booted at t=10 and scraped (billed) while booting
         assert max(scraped[rid]) < 1000.0  # parked well before the late task
     served = defaultdict(list)
-    for res, s, a in spans_by_name(sink)["llm_request"]:
+    for res, s, a in sink.spans_by_name()["llm_request"]:
         served[res["service.instance.id"]].append((s.start_time_unix_nano - T0) / 1e9)
     assert min(served["r1"] + served["r2"]) >= 40.0  # not before the cold start ended
     assert 1000.0 <= max(served["r0"]) < 1001.0

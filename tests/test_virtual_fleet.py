@@ -29,13 +29,6 @@ def chat_plans(n, rate, seed=0, prompt=(200, 1500), out=(50, 300), start=0.0):
     return plans
 
 
-def by_name(sink):
-    out = defaultdict(list)
-    for res, s in sink.spans():
-        out[s.name].append((res, s, span_attrs(s)))
-    return out
-
-
 def test_span_contract_of_a_two_step_task():
     plan = TaskPlan("t1", "research_agent", "tenant-a", 2.0, (
         StepPlan("search", (CallPlan(300, 20), CallPlan(400, 30))),
@@ -46,7 +39,7 @@ def test_span_contract_of_a_two_step_task():
                     start_time_ns=T0, seed=3)
     assert summ.tasks == {"success": 1, "failure": 0, "abandoned": 0}
     assert (summ.calls, summ.attempts, summ.engine_requests) == (3, 3, 3)
-    spans = by_name(sink)
+    spans = sink.spans_by_name()
     assert {k: len(v) for k, v in spans.items()} == {
         "task research_agent": 1, "chat meta-llama/Llama-3.1-8B-Instruct": 3, "gateway chat": 3,
         "gateway.attempt": 3, "llm_request": 3}
@@ -127,7 +120,7 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         "vllm:request_prefill_time_seconds": "histogram", "vllm:request_decode_time_seconds": "histogram"}
     gen_by_rep = Counter()
     n_by_rep = Counter()
-    attempts = [(a["gateway.replica"], s, a) for _, s, a in by_name(sink)["gateway.attempt"]]
+    attempts = [(a["gateway.replica"], s, a) for _, s, a in sink.spans_by_name()["gateway.attempt"]]
     for res, s in sink.spans():
         if s.name == "llm_request":
             gen_by_rep[res["service.instance.id"]] += span_attrs(s)["gen_ai.usage.completion_tokens"]
@@ -161,7 +154,7 @@ def test_metric_points_follow_the_contract_and_conserve_tokens():
         counts = [a.get("gen_ai.usage.cache_read.input_tokens") for r, _, a in attempts if r == rep]
         assert sum(c or 0 for c in counts) == cached
         assert 0 not in counts
-    client = by_name(sink)["chat meta-llama/Llama-3.1-8B-Instruct"]
+    client = sink.spans_by_name()["chat meta-llama/Llama-3.1-8B-Instruct"]
     counts = [a.get("gen_ai.usage.cache_read.input_tokens") for _, _, a in client]
     assert sum(c or 0 for c in counts) == sum(
         last[(rep, "vllm:prompt_tokens_cached", None)].as_double for rep in ("r0", "r1")) > 0
@@ -213,7 +206,7 @@ def test_crash_loses_in_flight_spans_and_clients_retry():
     summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, seed=5, start_time_ns=T0,
                     faults=[FaultEvent(20.0, "r1", "crash", until_s=30.0)], policy="round_robin")
     assert summ.crashed_requests > 0
-    spans = by_name(sink)
+    spans = sink.spans_by_name()
     broken = [a for _, _, a in spans["chat meta-llama/Llama-3.1-8B-Instruct"] if a.get("error.type") == "stream_broken"]
     assert len(broken) == summ.crashed_requests
     assert any(a["gen_ai.client.partial"] for a in broken)  # some streams broke after tokens
@@ -238,7 +231,7 @@ def test_kv_cut_and_error_rate_faults_from_a_timeline():
     pre = max(p.as_double for res, n, k, p in sink.points()
               if n == "vllm:num_preemptions" and res["service.instance.id"] == "r0")
     assert pre > 0 and summ.preemptions == pre
-    errs = [a for _, _, a in by_name(sink)["gateway.attempt"] if a.get("error.type") == "http.503"]
+    errs = [a for _, _, a in sink.spans_by_name()["gateway.attempt"] if a.get("error.type") == "http.503"]
     assert errs and summ.gateway_retries > 0
     only = MemorySink()
     eng = simulate(plans[:20], [ReplicaSpec("r0")], sink=only, spans="engine", seed=1, start_time_ns=T0)
@@ -257,7 +250,7 @@ def test_abandoned_and_failed_tasks():
     summ = simulate(plans, [ReplicaSpec("r0", profile="4xh100-llama-3.1-70b")], sink=sink, seed=1,
                     retry_policy=RetryPolicy(timeout_s=100, abandon_after_s=20), start_time_ns=T0)
     assert summ.tasks["abandoned"] == 20
-    roots = by_name(sink)["task chat"]
+    roots = sink.spans_by_name()["task chat"]
     assert {a["task.outcome"] for _, _, a in roots} == {"abandoned"}
     fail = simulate(plans, [ReplicaSpec("r0")], sink=None, seed=1,
                     faults=[FaultEvent(0, "r0", "error_rate", 1.0)], retry_policy=RetryPolicy(max_attempts=2))
@@ -299,7 +292,7 @@ def test_rejected_prompts_fail_over_as_http_500():
     sink = MemorySink()
     summ = simulate(plans, [ReplicaSpec("r0"), ReplicaSpec("r1")], sink=sink, seed=1, start_time_ns=T0,
                     faults=[FaultEvent(0, "r0", "kv_cut", 0.999)], gateway_retries=0)  # r0 holds ~400 tokens
-    spans = by_name(sink)
+    spans = sink.spans_by_name()
     # rejected by the engine (finish reason "error", which the span does not carry): no token, no TTFT
     errors = [a for _, _, a in spans["llm_request"] if "gen_ai.latency.time_to_first_token" not in a
               and a["gen_ai.usage.completion_tokens"] == 0]
@@ -314,7 +307,7 @@ def test_session_affinity_keeps_a_task_on_one_replica():
     plan = TaskPlan("sess-42", "copilot", "acme", 0.0, tuple(StepPlan(f"s{i}", (CallPlan(300, 10),)) for i in range(6)))
     sink = MemorySink()
     simulate([plan], [ReplicaSpec(f"r{i}") for i in range(4)], sink=sink, policy="session_affinity", seed=1)
-    replicas = {a["gateway.replica"] for _, _, a in by_name(sink)["gateway.attempt"]}
+    replicas = {a["gateway.replica"] for _, _, a in sink.spans_by_name()["gateway.attempt"]}
     assert len(replicas) == 1
 
 

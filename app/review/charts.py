@@ -30,6 +30,23 @@ def _nice_max(x: float) -> float:
     return 10 ** (exp + 1)
 
 
+def _svg_open(title: str, width: int, height: int, title_x: int) -> list[str]:
+    """The ``<svg>`` element's opening (labelled with the title for screen readers) and the title line."""
+    return [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" style="{FONT}">',
+            f'<text x="{title_x}" y="18" font-size="13" font-weight="600" fill="#222">{escape(title)}</text>']
+
+
+def _legend(series: Sequence[tuple[str, str, Sequence[float | None]]], left: int, height: int) -> list[str]:
+    """One colour swatch and name per series, left to right along the chart's bottom edge."""
+    out, lx = [], left
+    for name, colour, _ in series:
+        out.append(f'<rect x="{lx}" y="{height - 14}" width="10" height="10" fill="{colour}"/>')
+        out.append(f'<text x="{lx + 14}" y="{height - 5}" font-size="11" fill="#333">{escape(name)}</text>')
+        lx += 24 + 7 * len(name)
+    return out
+
+
 def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[float | None]]],
                y_format: Callable[[float], str], width: int = 640, height: int = 240) -> str:
     """Lines over shared x labels; ``series`` = (name, colour, values) with None for gaps."""
@@ -45,9 +62,7 @@ def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, 
     def y(v):
         return top + ph - (v / ymax) * ph
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" style="{FONT}">',
-             f'<text x="{left}" y="18" font-size="13" font-weight="600" fill="#222">{escape(title)}</text>']
+    parts = _svg_open(title, width, height, left)
     for k in range(5):
         v = ymax * k / 4
         parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#e5e5e5"/>')
@@ -69,11 +84,7 @@ def line_chart(title: str, x_labels: Sequence[str], series: Sequence[tuple[str, 
                          f'<title>{escape(name)} {escape(x_labels[i])}: {escape(y_format(v))}</title></circle>')
         if len(run) > 1:
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(run)}"/>')
-    lx = left
-    for name, colour, _ in series:
-        parts.append(f'<rect x="{lx}" y="{height - 14}" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{lx + 14}" y="{height - 5}" font-size="11" fill="#333">{escape(name)}</text>')
-        lx += 24 + 7 * len(name)
+    parts += _legend(series, left, height)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -88,9 +99,7 @@ def bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, str
     pw = width - left - right
     values = [v for _, _, vs in series for v in vs if v is not None and math.isfinite(v)]
     vmax = max([abs(v) for v in values] + [0.0]) or 1.0
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" style="{FONT}">',
-             f'<text x="8" y="18" font-size="13" font-weight="600" fill="#222">{escape(title)}</text>']
+    parts = _svg_open(title, width, height, 8)
     for gi, label in enumerate(labels):
         gy = top + gi * group_h
         short = label if len(label) <= 22 else label[:21] + "…"
@@ -107,11 +116,7 @@ def bar_chart(title: str, labels: Sequence[str], series: Sequence[tuple[str, str
             parts.append(f'<text x="{left + w + 4:.1f}" y="{by + bar_height - 4}" font-size="10" fill="#333">'
                          f'{escape(value_format(v))}</text>')
     if len(series) > 1:
-        lx = left
-        for name, colour, _ in series:
-            parts.append(f'<rect x="{lx}" y="{height - 14}" width="10" height="10" fill="{colour}"/>')
-            parts.append(f'<text x="{lx + 14}" y="{height - 5}" font-size="11" fill="#333">{escape(name)}</text>')
-            lx += 24 + 7 * len(name)
+        parts += _legend(series, left, height)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -123,9 +128,7 @@ def stacked_bar(title: str, parts_: Sequence[tuple[str, float]], value_format: C
     left, right = 8, 8
     pw = width - left - right
     total = sum(max(v, 0.0) for _, v in parts_) or 1.0
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" style="{FONT}">',
-           f'<text x="{left}" y="18" font-size="13" font-weight="600" fill="#222">{escape(title)}</text>']
+    out = _svg_open(title, width, height, left)
     x = float(left)
     lx = left
     for i, (name, v) in enumerate(parts_):

@@ -15,6 +15,7 @@ labels ``model_name`` and ``engine`` as point attributes, the replica in resourc
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -195,6 +196,14 @@ class MemorySink:
                 for ss in rs.scope_spans:
                     for s in ss.spans:
                         yield res, s
+
+    def spans_by_name(self) -> defaultdict[str, list]:
+        """Span name -> ``(resource_attrs, span, span_attrs)`` of every span so named, in export order
+        (a name without spans: an empty list)."""
+        out = defaultdict(list)
+        for res, s in self.spans():
+            out[s.name].append((res, s, span_attrs(s)))
+        return out
 
     def points(self):
         """Yield ``(resource_attrs, metric_name, kind, point)`` for every metric point."""

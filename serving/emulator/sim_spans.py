@@ -43,6 +43,26 @@ def task_root_attrs(task, outcome: str, error_type: str | None) -> dict:
     return a
 
 
+def usage_attrs(input_tokens: int | None, cached_tokens: int | None, output_tokens: int | None) -> dict:
+    """The call's ``gen_ai.usage.*`` token counts, each left out while unknown (None)."""
+    usage = {sc.GEN_AI_USAGE_INPUT_TOKENS: input_tokens, sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached_tokens,
+             sc.GEN_AI_USAGE_OUTPUT_TOKENS: output_tokens}
+    return {k: v for k, v in usage.items() if v is not None}
+
+
+def outcome_attrs(ttfc: float | None, error_type: str | None, status: int | None = None) -> dict:
+    """How the call went, as far as known: time to first chunk, upstream HTTP status (gateway spans),
+    error type; each left out while unknown."""
+    a = {}
+    if ttfc is not None:
+        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+    if status is not None:
+        a[sc.GATEWAY_UPSTREAM_STATUS] = status
+    if error_type:
+        a[sc.ERROR_TYPE] = error_type
+    return a
+
+
 def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, output_tokens: int | None,
                  finish_reason: str | None, ttfc: float | None, tokens_received: int, error_type: str | None,
                  call: int = 1, cached_tokens: int | None = None) -> dict:
@@ -57,18 +77,10 @@ def client_attrs(task, step: str, attempt: int, *, input_tokens: int | None, out
         sc.CLIENT_TOKENS_RECEIVED: tokens_received,
         sc.CLIENT_PARTIAL: bool(error_type) and tokens_received > 0,
     }
-    if input_tokens is not None:
-        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
-    if cached_tokens is not None:
-        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
-    if output_tokens is not None:
-        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = json.dumps([finish_reason])
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type))
     return a
 
 
@@ -78,12 +90,7 @@ def gateway_attrs(task, policy: str, retries: int, replica: str | None, status: 
          sc.GATEWAY_TOKENS_STREAMED: tokens, sc.GEN_AI_REQUEST_MODEL: task.model, **(step_ctx or {})}
     if replica:
         a[sc.GATEWAY_REPLICA] = replica
-    if status is not None:
-        a[sc.GATEWAY_UPSTREAM_STATUS] = status
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type, status))
     return a
 
 
@@ -100,18 +107,8 @@ def gateway_attempt_attrs(task, policy: str, attempt: int, replica: str, status:
     seconds at the gateway."""
     a = {sc.GATEWAY_ATTEMPT: attempt, sc.GATEWAY_REPLICA: replica, sc.GATEWAY_POLICY: policy,
          sc.GATEWAY_TOKENS_STREAMED: tokens, **(step_ctx or {})}
-    if input_tokens is not None:
-        a[sc.GEN_AI_USAGE_INPUT_TOKENS] = input_tokens
-    if cached_tokens is not None:
-        a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached_tokens
-    if output_tokens is not None:
-        a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = output_tokens
+    a.update(usage_attrs(input_tokens, cached_tokens, output_tokens))
     if finish_reason:
         a[sc.GEN_AI_RESPONSE_FINISH_REASONS] = [finish_reason]
-    if ttfc is not None:
-        a[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
-    if status is not None:
-        a[sc.GATEWAY_UPSTREAM_STATUS] = status
-    if error_type:
-        a[sc.ERROR_TYPE] = error_type
+    a.update(outcome_attrs(ttfc, error_type, status))
     return a

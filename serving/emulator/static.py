@@ -58,9 +58,7 @@ class StaticEngine:
     def num_running(self) -> int:
         return len(self.batch)
 
-    @property
-    def num_waiting(self) -> int:
-        return len(self.waiting)
+    num_waiting = Engine.num_waiting  # the same deque of waiting requests
 
     def idle(self) -> bool:
         return not self.batch and not self.waiting

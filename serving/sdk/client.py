@@ -23,7 +23,7 @@ import json
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import urlparse
 
 import openai
@@ -220,14 +220,23 @@ def classify(exc: BaseException, policy: RetryPolicy, streamed: bool) -> _Outcom
 
 
 class _Base:
-    def __init__(self, *, tracer_provider: trace.TracerProvider | None, retry_policy: RetryPolicy | None,
-                 record_content: bool, rng: random.Random | None, base_url: str):
+    """What the synchronous and the asyncio client share; each names its OpenAI client class and how it
+    waits between attempts (``sleep=None``: that default)."""
+
+    _openai_class: type
+    _default_sleep: Callable
+
+    def __init__(self, base_url: str, api_key: str = "EMPTY", *, tracer_provider: trace.TracerProvider | None = None,
+                 retry_policy: RetryPolicy | None = None, record_content: bool = False,
+                 rng: random.Random | None = None, sleep: Callable | None = None, **openai_kwargs):
         self.tracer = trace.get_tracer(INSTRUMENTATION_NAME, tracer_provider=tracer_provider)
         self.policy = retry_policy or RetryPolicy()
         self.record_content = record_content
         self.rng = rng or random.Random()
         parsed = urlparse(base_url)
         self.server = (parsed.hostname or "", parsed.port)
+        self.openai = self._openai_class(base_url=base_url, api_key=api_key, max_retries=0, **openai_kwargs)
+        self._sleep = sleep if sleep is not None else self._default_sleep
 
     def _attempt(self, model, stream, attempt, step, call, messages, kwargs) -> _Attempt:
         request_attrs = {}
@@ -269,13 +278,8 @@ class InstrumentedOpenAI(_Base):
     the underlying ``openai.OpenAI`` (its own retries disabled).
     """
 
-    def __init__(self, base_url: str, api_key: str = "EMPTY", *, tracer_provider: trace.TracerProvider | None = None,
-                 retry_policy: RetryPolicy | None = None, record_content: bool = False,
-                 rng: random.Random | None = None, sleep=time.sleep, **openai_kwargs):
-        super().__init__(tracer_provider=tracer_provider, retry_policy=retry_policy, record_content=record_content,
-                         rng=rng, base_url=base_url)
-        self.openai = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, **openai_kwargs)
-        self._sleep = sleep
+    _openai_class = openai.OpenAI
+    _default_sleep = staticmethod(time.sleep)
 
     def close(self) -> None:
         self.openai.close()
@@ -318,13 +322,8 @@ class InstrumentedOpenAI(_Base):
 class AsyncInstrumentedOpenAI(_Base):
     """The asyncio twin of :class:`InstrumentedOpenAI` (``await client.chat(...)``); ``self.openai`` is ``openai.AsyncOpenAI``."""
 
-    def __init__(self, base_url: str, api_key: str = "EMPTY", *, tracer_provider: trace.TracerProvider | None = None,
-                 retry_policy: RetryPolicy | None = None, record_content: bool = False,
-                 rng: random.Random | None = None, sleep=asyncio.sleep, **openai_kwargs):
-        super().__init__(tracer_provider=tracer_provider, retry_policy=retry_policy, record_content=record_content,
-                         rng=rng, base_url=base_url)
-        self.openai = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, **openai_kwargs)
-        self._sleep = sleep
+    _openai_class = openai.AsyncOpenAI
+    _default_sleep = staticmethod(asyncio.sleep)
 
     async def close(self) -> None:
         await self.openai.close()

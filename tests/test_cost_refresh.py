@@ -13,14 +13,12 @@ import pytest
 from schema import jobs
 from schema.queries import cost
 from tests import test_cost_support as support
-from tests.test_cost_support import Spans, clear_of_the_schedule, fleet_yaml, metrics_up, sync
+from tests.test_cost_support import Spans, fleet_yaml, hold_the_schedule, metrics_up, sync
 
 
 def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
-    # The chain is driven by hand (jobs.refresh runs a stopped chain once). A minute starting while it is
-    # stopped makes the schedule's missed run fire beside a refresh: every figure below is the same after
-    # one run or two (each minute is read from exactly one table; a copy moves a minute once).
-    jobs.stop(store)
+    # The chain is driven by hand: it runs only when jobs.refresh runs it.
+    hold_the_schedule(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
     base = now - timedelta(minutes=25)
     monkeypatch.setattr(support, "T0", base)  # span builders place times relative to T0
@@ -52,11 +50,9 @@ def test_refresh_chain_live_window_late_span_and_history(store, monkeypatch):
 
     # The copy step run twice before the watermark moves (a manual refresh racing the schedule)
     # copies minute 1 once.
-    jobs.start(store)
     for _ in range(2):
         store.command("SYSTEM REFRESH VIEW cost_copy_call_costs_mv", tag="test")
         store.command("SYSTEM WAIT VIEW cost_copy_call_costs_mv", tag="test")
-    jobs.stop(store)
     assert store.scalar("SELECT count() FROM call_costs_history", tag="test") == 1
 
     # A late span of task B in minute 19 arrives; the next run absorbs it.
@@ -83,12 +79,9 @@ def test_rows_arriving_after_a_run_for_a_minute_the_next_copy_moves_are_marked_l
     by nothing would reach history without them for good. They are marked at ingest (below the next
     copy's cutoff + 1 minute), and recompute_late puts them into history.
 
-    The case needs exactly one chain run before the data: a second (the schedule's missed run, fired
-    when a minute starts while the chain is stopped) copies and raises the watermark past the minute.
-    The chain's clock is the store's ``now()`` (``cost_clock_mv``), which no test can set, so this test
-    alone still starts clear of the minute's start."""
-    clear_of_the_schedule(seconds=30)
-    jobs.stop(store)
+    The case needs exactly one chain run before the data: a second would copy and raise the watermark
+    past the minute, so the schedule is held and the test alone runs the chain."""
+    hold_the_schedule(store)
     now = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0)
     base = now - timedelta(minutes=25)
     monkeypatch.setattr(support, "T0", base)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import time
+import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -315,15 +315,18 @@ def waste_both(store, start, end):
     return alone
 
 
-def clear_of_the_schedule(seconds: float) -> None:
-    """Return a few seconds after a minute's start with at least ``seconds`` of it left, so the test's
-    stopped chain sees no minute start. The schedule runs the chain at each minute's start; a stopped chain
-    misses that run and ``jobs.refresh`` then runs it on top of its own (two runs: a copy and a watermark the
-    test's figures do not expect; CI failed so once, reproduced by stopping 0.4 s before a minute). The few
-    seconds after a minute's start leave the schedule's own run of that minute time to end first."""
-    now = datetime.now(timezone.utc)
-    into = now.second + now.microsecond / 1e6
-    if into < 5:
-        time.sleep(5 - into)
-    elif 60 - into < seconds:
-        time.sleep(60 - into + 5)
+_REFRESH_EVERY_MINUTE = re.compile(r"REFRESH EVERY 1 MINUTE(?P<rest>(?: DEPENDS ON [\w.]+(?:, [\w.]+)*)?(?: APPEND)?)")
+
+
+def hold_the_schedule(store) -> None:
+    """Move the periodic chain's schedule to the next new year (each view keeps its dependencies and
+    APPEND), so that the chain runs only when the test calls ``jobs.refresh``. ``jobs.stop`` is not
+    enough for a test that counts runs: a stopped chain keeps the run of a minute that starts meanwhile
+    and fires it beside the next refresh."""
+    rows = store.query("SELECT name, create_table_query FROM system.tables "
+                       "WHERE database = currentDatabase() AND name IN {names:Array(String)}",
+                       {"names": list(jobs.REFRESH_VIEWS)}, tag="test").result_rows
+    assert len(rows) == len(jobs.REFRESH_VIEWS)
+    for name, create in rows:
+        rest = _REFRESH_EVERY_MINUTE.search(create).group("rest")
+        store.command(f"ALTER TABLE {name} MODIFY REFRESH EVERY 1 YEAR{rest}", tag="test")

@@ -14,7 +14,7 @@ def test_parse_duration_and_mix():
     with pytest.raises(click.BadParameter, match="duration"):
         parse_duration("soon")
     assert parse_mix("chat=0.5,copilot=0.5") == {"chat": 0.5, "copilot": 0.5}
-    with pytest.raises(click.BadParameter, match="type=share"):
+    with pytest.raises(click.BadParameter, match="expected TYPE=SHARE"):
         parse_mix("chat")
 
 

@@ -44,7 +44,8 @@ def parse_duration(text: str) -> float:
 
 
 def parse_mix(text: str | None) -> dict | None:
-    """``chat=0.6,copilot=0.3,research_agent=0.1`` -> dict; raises click.BadParameter otherwise."""
+    """``chat=0.6,copilot=0.3,research_agent=0.1`` -> dict (None for none); raises click.BadParameter
+    otherwise. The ``--mix`` of ``emulate`` and ``load``."""
     if not text:
         return None
     out = {}
@@ -53,9 +54,9 @@ def parse_mix(text: str | None) -> dict | None:
         try:
             out[name.strip()] = float(value)
         except ValueError:
-            raise click.BadParameter(f"{part!r}: expected type=share, e.g. chat=0.6") from None
+            sep = ""
         if not sep:
-            raise click.BadParameter(f"{part!r}: expected type=share, e.g. chat=0.6")
+            raise click.BadParameter(f"{part!r}: expected TYPE=SHARE, e.g. chat=0.6", param_hint="--mix")
     return out
 
 

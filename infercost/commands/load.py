@@ -7,20 +7,8 @@ from pathlib import Path
 
 import click
 
+from infercost.commands.emulate import parse_mix
 from infercost.settings import load_settings
-
-
-def _mix(value: str) -> dict[str, float]:
-    mix = {}
-    for part in value.split(","):
-        name, sep, share = part.partition("=")
-        try:
-            mix[name.strip()] = float(share)
-        except ValueError:
-            raise click.BadParameter(f"{part!r}: expected TYPE=SHARE, e.g. chat=0.6", param_hint="--mix") from None
-        if not sep:
-            raise click.BadParameter(f"{part!r}: expected TYPE=SHARE", param_hint="--mix")
-    return mix
 
 
 @click.command(name="load")
@@ -61,7 +49,7 @@ def command(target, trace_name, data_dir, mix, rate_scale, duration, start_offse
     from serving.workloads import build_plans
 
     try:
-        plans = build_plans(trace_name, data_dir, _mix(mix), rate_scale=rate_scale, duration_s=duration,
+        plans = build_plans(trace_name, data_dir, parse_mix(mix), rate_scale=rate_scale, duration_s=duration,
                             start_offset_s=start_offset, seed=seed, model=model,
                             tenants=[t.strip() for t in tenants.split(",") if t.strip()] if tenants else None)
         policy_ = RetryPolicy(max_attempts=max_attempts, backoff_base_s=backoff_base, backoff_max_s=backoff_max,

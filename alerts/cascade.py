@@ -173,9 +173,25 @@ def _speed_normal(fs: FleetSeries, name: str, onset: int, c: CascadeConfig) -> b
     return all(r is not None for r in ratios) and max(ratios) < c.speed_ratio
 
 
+def _own_step(values: list[float | None], own, *, max_onset: int, **step) -> Step | None:
+    """The earliest step of ``values`` (:func:`alerts.series.step_onset`) that ``own`` (Step -> bool)
+    judges the replica's own doing, or None. A step it rejects does not hide a later one that rises over
+    the rejected level as a step rises over its before (``ratio`` x that level): at a fleet's load step a
+    replica times out a little at its normal speed (queueing), and a slowdown minutes later takes it
+    from there to timing out on nearly everything."""
+    while max_onset >= 0:
+        st = step_onset(values, max_onset=max_onset, **step)
+        if st is None or own(st):
+            return st
+        max_onset = st.onset - 1
+        step["min_level"] = max(step.get("min_level", 0.0), step["ratio"] * st.after)
+    return None
+
+
 def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> dict[str, Any] | None:
     """The evidence that ``name`` started a cascade, or None. Three kinds of step, each the earliest
-    sustained rise of the replica's own series (alerts.series.step_onset):
+    sustained rise of the replica's own series (alerts.series.step_onset) that the conditions below keep
+    (:func:`_own_step`: a rise they reject does not hide a later one):
     - ``speed``: its speed ratio against its group (per-token latencies: shape-independent; already a
       comparison with its peers, or with its own baseline net of the fleet's change);
     - ``errors``: its upstream errors per attempt (5xx, refused connections, broken streams: not
@@ -193,27 +209,27 @@ def candidate(fs: FleetSeries, name: str, c: CascadeConfig, max_onset: int) -> d
     g = lambda f, b: rep.get(f, b) or 0.0  # noqa: E731
     errors = [g("gw_errors", b) + g("engine_errors", b) for b in range(fs.n)]
     abandoned = [g("gw_abandoned", b) + g("gw_failed", b) - g("gw_errors", b) for b in range(fs.n)]
-    kw = dict(min_after=c.min_after, max_onset=max_onset)
-    steps = {
-        "speed": step_onset(fs.ratios[name], ratio=c.speed_ratio, min_delta=0.3, **kw),
-        "errors": step_onset(rate_series(errors, attempts, 5), ratio=c.failure_ratio, min_delta=c.failure_delta,
-                             min_level=c.failure_floor, **kw),
-        "abandoned": step_onset(rate_series(abandoned, attempts, 5), ratio=c.failure_ratio,
-                                min_delta=c.failure_delta, min_level=c.failure_floor, **kw),
-    }
     loads, peers = {}, {}
-    for kind in ("errors", "abandoned"):
-        st = steps[kind]
-        if st is not None:
-            peers[kind] = stands_out(fs, name, kind, st.onset, c)
-            if not peers[kind]["stands_out"] or (kind == "abandoned" and _speed_normal(fs, name, st.onset, c)):
-                steps[kind] = None  # as its peers, or timing out at its normal speed: load, not its fault
-    for kind in ("speed", "abandoned"):
-        st = steps[kind]
-        if st is not None:
-            loads[kind] = _load_ratio(fs, name, st.onset, c.min_after)
-            if loads[kind] is not None and loads[kind] > c.load_rise:
-                steps[kind] = None  # it slowed or timed out as its own load rose: a victim, not the cause
+
+    def own_load(kind: str, st: Step) -> bool:
+        loads[kind] = _load_ratio(fs, name, st.onset, c.min_after)
+        return loads[kind] is None or loads[kind] <= c.load_rise  # above: a victim of its load, not the cause
+
+    def own_failures(kind: str, st: Step) -> bool:
+        peers[kind] = stands_out(fs, name, kind, st.onset, c)
+        if not peers[kind]["stands_out"]:
+            return False  # as its peers: load, not its fault
+        if kind == "abandoned":
+            return not _speed_normal(fs, name, st.onset, c) and own_load(kind, st)  # normal speed: queueing
+        return True
+
+    kw = dict(min_after=c.min_after, max_onset=max_onset)
+    rate = dict(ratio=c.failure_ratio, min_delta=c.failure_delta, min_level=c.failure_floor, **kw)
+    steps = {
+        "speed": _own_step(fs.ratios[name], lambda st: own_load("speed", st), ratio=c.speed_ratio, min_delta=0.3, **kw),
+        "errors": _own_step(rate_series(errors, attempts, 5), lambda st: own_failures("errors", st), **rate),
+        "abandoned": _own_step(rate_series(abandoned, attempts, 5), lambda st: own_failures("abandoned", st), **rate),
+    }
     found = [(k, st) for k, st in steps.items() if st is not None]
     if not found:
         return None

@@ -1,6 +1,7 @@
 """The cascade's culprit on hand-made series rows: an overloaded fleet with no replica
 slower than its peers is no cascade; the replica that then slows is named; an open cascade whose
-evidence now points at another replica is re-named. Figures computed by hand."""
+evidence now points at another replica is re-named; a replica timing out a little at its normal speed
+before it slows is named from the slowdown. Figures computed by hand."""
 
 from __future__ import annotations
 
@@ -138,3 +139,36 @@ def test_an_open_cascade_whose_evidence_points_elsewhere_is_renamed():
     lc.active[(RULE_CASCADE, "")] = _open_cascade("r3", 7)
     clearing = cascade.cascade_signal(fs, lc, T0, config, {RULE_RETRY: Level.CLEAR, RULE_QUEUE: Level.CLEAR})
     assert (clearing.level, clearing.replica) == (Level.CLEAR, "r3")
+
+
+def _wobble_then_slow():
+    """Every replica 100 attempts a bucket, all answered at its type's speed, except the A100 r3: in
+    buckets 6..3 it times out on 12 (its speed known and normal: 88 answered), from bucket 2 on it
+    answers 3 and times out on 97 (too few answers for a speed figure)."""
+    rows = []
+    for b in range(N):
+        for name, gpu in FLEET.items():
+            itl, pre = SPEED[gpu]
+            row = {"replica": name, "bucket": b, "gpu_type": gpu, "requests": 100, "itl_p50_s": itl, "itl_samples": 100,
+                   "prefill_tok_p50_s": pre, "prefill_samples": 100, "attempts": 100, "gw_ok": 100,
+                   "waiting_mean": 0.0, "waiting_min": 0.0}
+            if name == "r3" and 3 <= b <= 6:
+                row.update(gw_ok=88, gw_abandoned=12, requests=88, itl_samples=88, prefill_samples=88)
+            elif name == "r3" and b <= 2:
+                row.update(gw_ok=3, gw_abandoned=97, requests=3, itl_samples=3, prefill_samples=3)
+            rows.append(row)
+    return series.build(T0, 60, N, rows, [{"bucket": b, "client_attempts": 500, "client_retries": 0} for b in range(N)])
+
+
+def test_timeouts_at_normal_speed_do_not_hide_the_slowdown_after_them():
+    """r3's abandonment first steps up at bucket 6 (0 -> 12%): it stands out against r4 (0%), but its
+    speed is known and normal then (queueing), so that step is not its own, nor are the later onsets of
+    the same 12% (buckets 5, 4 and 3: a 12% level the rejected step already reached). From bucket 2 it
+    times out on 97%, 3 x 12% and more, with no speed figure: its own step, before 0 (the median of
+    five 0s and four 12%s), after 97%, its load x1.00."""
+    c = AlertConfig().cascade
+    fs = _wobble_then_slow()
+    cand = cascade.candidate(fs, "r3", c, N - 1)
+    assert (cand["evidence"], cand["onset"], cand["abandoned_rate_before"], cand["abandoned_rate_after"],
+            cand["peers_rate"], cand["load_ratio"]) == ("abandoned", 2, 0.0, 0.97, 0.0, 1.0)
+    assert [n for n in FLEET if cascade.candidate(fs, n, c, N - 1)] == ["r3"]

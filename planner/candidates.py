@@ -70,6 +70,10 @@ class Candidate:
             if p.profile not in PROFILES:
                 problems.append(f"pool {p.gpu_type}: unknown engine profile {p.profile!r} "
                                 f"(known: {', '.join(sorted(PROFILES))})")
+            elif PROFILES[p.profile].gpu_count != p.gpu_count:
+                # the price counts the pool's GPUs, the replay runs the profile's: they must be the same
+                problems.append(f"pool {p.gpu_type}: {p.gpu_count} GPU(s) per replica but engine profile "
+                                f"{p.profile!r} models {PROFILES[p.profile].gpu_count}")
             if p.max_num_seqs is not None and p.max_num_seqs < 1:
                 problems.append(f"pool {p.gpu_type}: max_num_seqs must be >= 1")
         if self.policy not in POLICIES:
@@ -147,18 +151,18 @@ class Candidate:
         return replace(self, **changes)
 
 
-def profile_for(gpu_type: str, gpu_count: int, model: str, named: dict[str, str] | None = None) -> str:
-    """The engine profile of ``gpu_count`` x ``gpu_type`` serving ``model``.
+def profile_for(gpu_type: str, gpu_count: int | None, model: str, named: dict[str, str] | None = None) -> str:
+    """The engine profile of ``gpu_count`` x ``gpu_type`` serving ``model`` (``gpu_count`` None: any).
 
     ``named``: GPU type -> profile name (the candidates file's ``gpu_types``) wins. Raises
     CandidateError naming the known profiles when none matches."""
     if named and gpu_type in named:
         return named[gpu_type]
     matches = [p.name for p in PROFILES.values()
-               if p.gpu_type.lower() == gpu_type.lower() and p.gpu_count == gpu_count and (not model or p.model == model)]
+               if p.gpu_type.lower() == gpu_type.lower() and gpu_count in (None, p.gpu_count) and (not model or p.model == model)]
     if not matches:
         known = ", ".join(f"{p.name} ({p.gpu_count}x {p.gpu_type}, {p.model})" for p in PROFILES.values())
-        raise CandidateError(f"no engine profile for {gpu_count}x {gpu_type} serving {model or 'its model'}; "
+        raise CandidateError(f"no engine profile for {f'{gpu_count}x ' if gpu_count else ''}{gpu_type} serving {model or 'its model'}; "
                              f"known: {known}. Name one under gpu_types: in the candidates file.")
     return sorted(matches, key=len)[0]  # the base profile, not a derived one (e.g. '-seqs16')
 

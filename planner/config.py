@@ -15,7 +15,7 @@ its line, as for fleet.yaml)::
       L40S: {profile: l40s-llama-3.1-8b, usd_per_gpu_hour: 1.1}
     candidates:               # evaluated as written
       - name: two-h100
-        pools: [{gpu_type: H100, count: 2, max_num_seqs: 64}]
+        pools: [{gpu_type: H100, count: 2, max_num_seqs: 64}]  # gpu_count (per replica): the profile's
         policy: least_loaded
         gateway_retries: 1
         admission: {interactive: 128, batch: 32}
@@ -40,6 +40,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.candidates import Candidate, CandidateError, Pool, profile_for
+from serving.emulator.profiles import PROFILES
 from serving.emulator.sim_control import AutoscaleRule
 
 
@@ -68,7 +69,7 @@ class PoolSpec(_Strict):
     gpu_type: str
     count: int = Field(ge=0, le=1024)
     max_num_seqs: int | None = Field(default=None, ge=1)
-    gpu_count: int = Field(default=1, ge=1)
+    gpu_count: int | None = Field(default=None, ge=1)  # None: the engine profile's (GPUs per replica)
 
 
 class AutoscaleSpec(_Strict):
@@ -114,8 +115,9 @@ class PlanConfig(_Strict):
         out, problems = [], []
         for spec in self.candidates:
             try:
-                pools = tuple(Pool(p.gpu_type, p.count, profile_for(p.gpu_type, p.gpu_count, model, self.profiles()),
-                                   p.gpu_count, p.max_num_seqs) for p in spec.pools)
+                profiles = [profile_for(p.gpu_type, p.gpu_count, model, self.profiles()) for p in spec.pools]
+                pools = tuple(Pool(p.gpu_type, p.count, prof, PROFILES[prof].gpu_count if p.gpu_count is None
+                                   else p.gpu_count, p.max_num_seqs) for p, prof in zip(spec.pools, profiles))
                 scale = AutoscaleRule(**spec.autoscale.model_dump()) if spec.autoscale else None
                 out.append(Candidate(spec.name, pools, spec.policy, spec.gateway_retries,
                                      tuple(sorted(spec.admission.items())) if spec.admission else None, scale,

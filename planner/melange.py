@@ -30,6 +30,7 @@ import numpy as np
 
 from planner.candidates import Candidate, Pool
 from serving.emulator.fleet_sim import ReplicaSpec, simulate
+from serving.emulator.profiles import PROFILES
 from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 
 HOUR = 3600.0
@@ -191,6 +192,8 @@ def propose(workload, gpu_types: dict[str, tuple[str, float]], seqs_levels: list
                                                                    for g, n in (sol or {}).items()}})
         if not sol:
             continue
-        pools = tuple(Pool(configs[g][0], n, configs[g][2], 1, configs[g][1]) for g, n in sorted(sol.items()))
+        # a replica has its profile's GPUs (a 70B profile is tensor parallel over 4): priced as the ILP priced it
+        pools = tuple(Pool(configs[g][0], n, configs[g][2], PROFILES[configs[g][2]].gpu_count, configs[g][1])
+                      for g, n in sorted(sol.items()))
         out.append(base.with_(name=f"melange-{len(out) + 1}", pools=pools, origin="melange", autoscale=None))
     return out, account

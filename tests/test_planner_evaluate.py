@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from planner.candidates import Candidate, Pool, current_candidate
+from planner.candidates import Candidate, CandidateError, Pool, current_candidate
 from planner.config import PlanConfig, PlanConfigError, fleet_base, parse_plan_config
 from planner.evaluate import Scratch, evaluate
 from planner.extract import extract_workload
@@ -104,7 +104,7 @@ def test_candidates_file_errors_name_their_lines():
     config = parse_plan_config("candidates:\n  - name: x\n    pools: [{gpu_type: H100, count: 1}]\n    policy: fastest\n")
     with pytest.raises(PlanConfigError, match="unknown routing policy 'fastest'"):
         config.user_candidates("meta-llama/Llama-3.1-8B-Instruct")
-    with pytest.raises(PlanConfigError, match="no engine profile for 1x L4"):
+    with pytest.raises(PlanConfigError, match="no engine profile for L4 serving"):
         parse_plan_config("candidates:\n  - name: y\n    pools: [{gpu_type: L4, count: 1}]\n").user_candidates(
             "meta-llama/Llama-3.1-8B-Instruct")
     assert parse_plan_config("") == PlanConfig()
@@ -133,5 +133,44 @@ def test_reset_empties_the_replay_tables_and_leaves_a_refresh_in_flight_alone():
         scratch.reset()
         assert store.scalar("SELECT count() FROM cost_rollup_hours", tag="test") == 0
         assert store.scalar(f"SELECT sum(x) FROM `{tmp}`", tag="test") == 7
+    finally:
+        scratch.drop()
+
+
+def test_a_replica_is_priced_for_the_gpus_its_engine_profile_replays(measured):
+    # A replica of the 70B profile runs on 4 H100s (tensor parallel): the GPU mix (Mélange), a candidates
+    # file that leaves gpu_count out and a hand-made pool all price it as 4 GPUs, and a pool whose GPU count
+    # differs from its profile's is refused rather than priced as one thing and replayed as another.
+    from types import SimpleNamespace
+
+    from planner.melange import propose
+    from serving.emulator.profiles import PROFILES
+
+    _, w, current, base = measured
+    big = "4xh100-llama-3.1-70b"
+    assert PROFILES[big].gpu_count == 4
+    calls = [TaskPlan(f"t{i}", "chat", "x", 10.0 * i, (StepPlan("s", (CallPlan(700 + 5 * i, 60 + i % 2),)),))
+             for i in range(40)]
+    mel, account = propose(SimpleNamespace(plans=calls), {"H100": (big, 4 * 2.0)}, [16], 30.0, 4, current,
+                           load_factors=(1.0,))
+    assert account["solutions"][0]["counts"] == {"H100 seqs 16": 1}
+    assert [(p.gpu_type, p.count, p.profile, p.gpu_count, p.max_num_seqs) for p in mel[0].pools] == \
+        [("H100", 1, big, 4, 16)]
+    assert mel[0].gpus == 4 and mel[0].label().startswith("1x 4xH100 seqs 16")
+    assert [r.gpu_count for r in mel[0].replicas()] == [4]
+    pools = parse_plan_config("gpu_types:\n  H100: {profile: " + big + "}\ncandidates:\n  - name: big\n"
+                              "    pools: [{gpu_type: H100, count: 2}]\n").user_candidates("")[0].pools
+    assert [(p.profile, p.gpu_count) for p in pools] == [(big, 4)]
+    with pytest.raises(CandidateError, match="1 GPU\\(s\\) per replica but engine profile '4xh100-llama-3.1-70b' "
+                                             "models 4"):
+        Candidate("mismatch", (Pool("H100", 1, big, 1, 16),))
+    # the replay prices what it runs: one 4-GPU replica costs 4x one 1-GPU replica over the same period
+    scratch = Scratch.open("chdb://memory", f"planner_scratch_{uuid.uuid4().hex[:8]}")
+    try:
+        one = evaluate(scratch, w, current.with_(name="one", pools=(Pool("H100", 1, "h100-llama-3.1-8b"),)), base,
+                       seed=4)
+        four = evaluate(scratch, w, current.with_(name="four", pools=(Pool("H100", 1, big, 4, 16),)), base, seed=4)
+        assert not one.error and not four.error and (one.gpus, four.gpus) == (1, 4)
+        assert four.spend_usd == pytest.approx(4 * one.spend_usd, rel=1e-9)
     finally:
         scratch.drop()

@@ -286,7 +286,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         task.step_i = 0
         task.failed_steps = 0
         task.done = False
-        task.inflight = set()
+        task.inflight = {}  # attempt -> None: insertion-ordered (a set of objects iterates in address order)
         task.last_error = None
         task.ctx = otlp_encoding.attributes(task_context(plan)) if self.span_mode == "all" else b""
         self.active_tasks += 1
@@ -354,7 +354,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         a.req = None
         a.done = False
         a.tried = []
-        task.inflight.add(a)
+        task.inflight[a] = None
         self.summary.attempts += 1
         if n > 1:
             self.summary.client_retries += 1
@@ -530,7 +530,7 @@ class FleetSimulator(ReplicaEvents, FleetControl):
         a.done = True
         self.release(a)
         task = a.task
-        task.inflight.discard(a)
+        task.inflight.pop(a, None)
         if self.span_mode != "all":
             return
         plan = task.plan

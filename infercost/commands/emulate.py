@@ -52,11 +52,12 @@ def parse_mix(text: str | None) -> dict | None:
     for part in text.split(","):
         name, sep, value = part.partition("=")
         try:
-            out[name.strip()] = float(value)
+            share = float(value) if sep else None
         except ValueError:
-            sep = ""
-        if not sep:
+            share = None
+        if share is None:
             raise click.BadParameter(f"{part!r}: expected TYPE=SHARE, e.g. chat=0.6", param_hint="--mix")
+        out[name.strip()] = share
     return out
 
 

@@ -103,6 +103,19 @@ def _run() -> PlanResult:
     return run
 
 
+def planner_page(store):
+    """The Planner page run once over ``store``; raises when the page did."""
+    store_provider.set_store(store)
+    try:
+        at = AppTest.from_file(MAIN, default_timeout=60)
+        at.switch_page("views/planner.py")
+        at.run()
+    finally:
+        store_provider.clear()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 @pytest.fixture
 def saved(store):
     results.save(store, _run())
@@ -126,10 +139,7 @@ def test_a_saved_run_reads_back_through_the_named_queries(saved):
 
 
 def test_planner_page_shows_the_stored_run(saved):
-    at = AppTest.from_file(MAIN, default_timeout=60)
-    at.switch_page("views/planner.py")
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
+    at = planner_page(saved)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["CPST measured"] == "$0.2050" and metrics["CPST replayed"] == "$0.2000"
     assert metrics["Recommended"] == "cheap" and metrics["Predicted saving"] == "60.0 %"
@@ -138,15 +148,8 @@ def test_planner_page_shows_the_stored_run(saved):
 
 
 def test_planner_page_without_runs_says_what_to_do(store):
-    store_provider.set_store(store)
-    try:
-        at = AppTest.from_file(MAIN, default_timeout=60)
-        at.switch_page("views/planner.py")
-        at.run()
-        assert not at.exception
-        assert any("infercost plan --since 7d" in i.value for i in at.info)
-    finally:
-        store_provider.clear()
+    at = planner_page(store)
+    assert any("infercost plan --since 7d" in i.value for i in at.info)
 
 
 def test_weekly_review_takes_its_levers_from_the_planner(saved):
@@ -183,17 +186,10 @@ def test_a_failed_backtest_recommends_nothing_and_says_where(store):
     text = report.render(run)
     assert "=> FAILED: p95 TTFT off by 70.0% (> 10%)" in text and run.diagnosis[0] in text
     results.save(store, run)
-    store_provider.set_store(store)
-    try:
-        at = AppTest.from_file(MAIN, default_timeout=60)
-        at.switch_page("views/planner.py")
-        at.run()
-        assert not at.exception
-        assert at.error and "Backtest failed" in at.error[0].value
-        assert any(run.diagnosis[0] in c.value for c in at.caption)
-        assert not any(m.label == "Recommended" for m in at.metric)
-    finally:
-        store_provider.clear()
+    at = planner_page(store)
+    assert at.error and "Backtest failed" in at.error[0].value
+    assert any(run.diagnosis[0] in c.value for c in at.caption)
+    assert not any(m.label == "Recommended" for m in at.metric)
 
 
 def test_neighbours_of_an_autoscaled_fleet_keep_a_valid_rule():

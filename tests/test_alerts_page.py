@@ -101,3 +101,34 @@ def test_triage_order_and_cost_at_stake_on_plain_rows():
     assert list(stake.fillna(-1)) == [6.0, 0.5, -1, 0.25]
     assert av.affected_replicas({"rule": "replica_down", "replica": "r3"}, ["r1", "r3"]) == ["r3"]
     assert av.affected_replicas({"rule": "slo_burn_rate", "replica": ""}, ["r1", "r3"]) == ["r1", "r3"]
+
+
+def _in_order(node) -> list[tuple[str, str]]:
+    """(element type, text) of the page's elements in the order drawn."""
+    out = []
+    for child in getattr(node, "children", {}).values():
+        value = getattr(child, "value", None)
+        if isinstance(value, str):
+            out.append((child.type, value))
+        out.extend(_in_order(child))
+    return out
+
+
+def test_a_resolved_cascade_is_shown_with_the_incidents_not_under_open(store):
+    # the same cascade evaluated to 12:24: r2 recovered at 12:10, the cascade resolved at 12:20
+    seed_cascade_timeline(store, T0, minutes=25)
+    evaluator = Evaluator(store, AlertConfig())
+    for minute in range(1, 25):
+        evaluator.step(T0 + timedelta(minutes=minute))
+    store_provider.set_store(store)
+    try:
+        at = _page({"range": "1h", "end": "2026-11-02T12:25:00Z"})
+    finally:
+        store_provider.clear()
+    drawn = _in_order(at.main)
+    heads = [text for kind, text in drawn if kind == "subheader"]
+    assert heads[0].startswith("Open (") and heads[1] == "Incidents in the selected range"
+    card = next(i for i, (_, text) in enumerate(drawn) if "Cascading degradation — culprit `r2`** (resolved)" in text)
+    incidents_at = drawn.index(("subheader", "Incidents in the selected range"))
+    assert card > incidents_at, "a resolved cascade is drawn with the range's incidents"
+    assert not any("Cascading degradation — culprit" in text for _, text in drawn[:incidents_at])

@@ -48,6 +48,49 @@ def linked_table(shown: pd.DataFrame, keep: list[str], key: str, filename: str, 
         "link": st.column_config.LinkColumn("link", display_text="open"), **config})
 
 
+def cascade_card(row) -> None:
+    """A cascade's card: its chain over the latency around it, culprit candidates and actions."""
+    links = av.chain(row)
+    culprit = row["replica"]
+    is_open = row["state"] in ("firing", "pending")
+    with st.container(border=True):
+        icon = ":material/error:" if is_open else ":material/check_circle:"
+        head = f"{icon} **Cascading degradation — culprit {md_code(culprit)}** ({row['state']})"
+        st.markdown(head)
+        st.markdown(md_escape(row["summary"]))
+        if links:
+            t0 = min(x["started_at"] for x in links) - timedelta(minutes=10)
+            t1 = av.aware(row.get("resolved_at")) or now
+            try:
+                lat = ui.query("schema.queries.ops:latency_series", t0, t1 + timedelta(minutes=5), 60)
+            except StoreError:
+                lat = pd.DataFrame()
+            if len(lat):
+                tz = ui.viewer_tz()
+                lat = ui.to_viewer(lat, ["bucket"], naive=True)
+                local = [{**x, "started_at": x["started_at"].astimezone(tz).replace(tzinfo=None)} for x in links]
+                ui.chart(av.timeline_chart(lat, local, culprit), width="stretch")
+            steps = pd.DataFrame([{"step": x["step"], "at": ui.local_time(x["started_at"]), "what": x["summary"]}
+                                  for x in links])
+            st.dataframe(steps, hide_index=True, width="stretch")
+        cand = av.candidates(row)
+        if len(cand):
+            st.caption("Culprit candidates: whose own speed or failures stepped up first, share of the fleet's failed "
+                       "attempts, load ratio at the onset, and how much of the others' load rise its failures explain.")
+            pct = lambda label: st.column_config.NumberColumn(label, format="percent")  # noqa: E731
+            times = lambda label: st.column_config.NumberColumn(label, format="%.2fx")  # noqa: E731
+            st.dataframe(ui.to_viewer(cand, ["onset_at"]), hide_index=True, width="stretch", column_config={
+                "onset_at": st.column_config.DatetimeColumn("onset", format="YYYY-MM-DD HH:mm:ss"),
+                "speed_before": times("speed before"), "speed_after": times("speed after"),
+                "error_rate_before": pct("error rate before"), "error_rate_after": pct("error rate after"),
+                "abandoned_rate_before": pct("abandoned before"), "abandoned_rate_after": pct("abandoned after"),
+                "failure_share": pct("share of failed attempts"), "load_ratio": times("load ratio"),
+                "explains": pct("explains others' load rise")})
+        for action in (av.evidence(row["evidence"]).get("figures") or {}).get("actions") or []:
+            st.markdown(f"- {md_escape(action)}")
+        st.markdown(f"[Link to this alert](?alert_id={quote(str(row['alert_id']), safe='')})")
+
+
 # --- filters, mirrored in the URL --------------------------------------------------------------
 known = pd.concat([active, incidents], ignore_index=True) if len(active) or len(incidents) else active
 options = {col: sorted(set(known[col].dropna())) if len(known) else [] for col in ("severity", "rule", "replica")}
@@ -107,49 +150,12 @@ tiles[3].metric("Cost at stake", f"${stake.fillna(0).sum():,.2f}", border=True,
                 help="GPU spend of the replicas each open alert affects since it started (the cost engine's "
                      "replica_minutes; a cascade affects the whole fleet), else the alert's own estimate.")
 
-# Pinned: open cascades whatever the time range, then those that fired in the range.
+# Pinned: open cascades whatever the time range (resolved ones are shown with the range's incidents).
 parts = [df[df["rule"] == av.CASCADE] for df in (active_f, incidents_f) if len(df)]
 cascades = pd.concat(parts, ignore_index=True).drop_duplicates("alert_id") if parts else pd.DataFrame()
-for _, row in (cascades.head(3).iterrows() if len(cascades) else []):
-    links = av.chain(row)
-    culprit = row["replica"]
-    is_open = row["state"] in ("firing", "pending")
-    with st.container(border=True):
-        icon = ":material/error:" if is_open else ":material/check_circle:"
-        head = f"{icon} **Cascading degradation — culprit {md_code(culprit)}** ({row['state']})"
-        st.markdown(head)
-        st.markdown(md_escape(row["summary"]))
-        if links:
-            t0 = min(x["started_at"] for x in links) - timedelta(minutes=10)
-            t1 = av.aware(row.get("resolved_at")) or now
-            try:
-                lat = ui.query("schema.queries.ops:latency_series", t0, t1 + timedelta(minutes=5), 60)
-            except StoreError:
-                lat = pd.DataFrame()
-            if len(lat):
-                tz = ui.viewer_tz()
-                lat = ui.to_viewer(lat, ["bucket"], naive=True)
-                local = [{**x, "started_at": x["started_at"].astimezone(tz).replace(tzinfo=None)} for x in links]
-                ui.chart(av.timeline_chart(lat, local, culprit), width="stretch")
-            steps = pd.DataFrame([{"step": x["step"], "at": ui.local_time(x["started_at"]), "what": x["summary"]}
-                                  for x in links])
-            st.dataframe(steps, hide_index=True, width="stretch")
-        cand = av.candidates(row)
-        if len(cand):
-            st.caption("Culprit candidates: whose own speed or failures stepped up first, share of the fleet's failed "
-                       "attempts, load ratio at the onset, and how much of the others' load rise its failures explain.")
-            pct = lambda label: st.column_config.NumberColumn(label, format="percent")  # noqa: E731
-            times = lambda label: st.column_config.NumberColumn(label, format="%.2fx")  # noqa: E731
-            st.dataframe(ui.to_viewer(cand, ["onset_at"]), hide_index=True, width="stretch", column_config={
-                "onset_at": st.column_config.DatetimeColumn("onset", format="YYYY-MM-DD HH:mm:ss"),
-                "speed_before": times("speed before"), "speed_after": times("speed after"),
-                "error_rate_before": pct("error rate before"), "error_rate_after": pct("error rate after"),
-                "abandoned_rate_before": pct("abandoned before"), "abandoned_rate_after": pct("abandoned after"),
-                "failure_share": pct("share of failed attempts"), "load_ratio": times("load ratio"),
-                "explains": pct("explains others' load rise")})
-        for action in (av.evidence(row["evidence"]).get("figures") or {}).get("actions") or []:
-            st.markdown(f"- {md_escape(action)}")
-        st.markdown(f"[Link to this alert](?alert_id={quote(str(row['alert_id']), safe='')})")
+cascade_open = cascades["state"].isin(["firing", "pending"]) if len(cascades) else pd.Series(dtype=bool)
+for _, row in (cascades[cascade_open].head(3).iterrows() if len(cascades) else []):
+    cascade_card(row)
 
 if not len(active_f):
     st.success("No alert is pending or firing" + (" for these filters." if any(chosen.values()) else "."),
@@ -168,6 +174,8 @@ else:
 
 # --- incidents in the range --------------------------------------------------------------------
 st.subheader("Incidents in the selected range")
+for _, row in (cascades[~cascade_open].head(3).iterrows() if len(cascades) else []):
+    cascade_card(row)
 if not len(incidents_f):
     ui.empty_state("No alert fired in this time range.", "Widen the time range in the sidebar.")
 else:

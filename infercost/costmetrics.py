@@ -29,16 +29,10 @@ from datetime import datetime, timedelta, timezone
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from schema.queries import num as _num
+
 DIMENSIONS = ("task_type", "tenant", "model")
 WASTE = ("retry_waste", "failed_task_waste", "unattributed", "pending", "idle")
-
-
-def _num(value) -> float | None:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if v != v else v
 
 
 class CostCollector:

@@ -35,7 +35,7 @@ from pathlib import Path
 import pandas as pd
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
-from planner.workload import num as _num
+from schema.queries import num as _num
 
 SQL_DIR = Path(__file__).with_name("sql")
 SCRATCH_DATABASE = "planner_scratch"

@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
+from schema.queries import num
 from serving.plans import CallPlan, RetryPolicy, StepPlan, TaskPlan
 
 BLOCK_TOKENS = 512  # prefix block size of the replayed sharing (Mooncake's block, builder.py)
@@ -105,15 +106,6 @@ def _seconds(ts, start: datetime) -> float:
     if ts.tzinfo is not None:
         ts = ts.tz_convert(None)
     return (ts - pd.Timestamp(start)).total_seconds()
-
-
-def num(x) -> float | None:
-    """A float, or None for None / NaN / non-numbers (the store's NULLs)."""
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if x != x else x
 
 
 def build_steps(task_type: str, steps_rows: list, units: list, median_output: dict) -> tuple[StepPlan, ...]:

@@ -13,11 +13,10 @@ from datetime import datetime, timezone
 
 from app.review import levers as lv
 from app.review.drivers import Factor, decompose, segment_factors
-from app.review.levers import num
 from app.review.model import (BudgetRow, Contributor, Coverage, DayPoint, Figure, Headline, Incident, Mover, SegmentRow,
                               TaskRow, WasteRow, WeeklyReview, comparable)
 from app.review.weeks import IsoWeek, parse_week
-from schema.queries import cost, review
+from schema.queries import cost, num, review
 from schema.store import StoreQueryError
 
 log = logging.getLogger(__name__)

@@ -17,22 +17,12 @@ import math
 
 from app.review import fmt
 from app.review.model import Lever
+from schema.queries import num
 
 # error.type values that mean "the fleet was overloaded" (docs/telemetry.md: the gateway and the
 # client record timeouts and HTTP statuses as error.type); admission control would delay these.
 OVERLOAD_ERRORS = ("timeout", "http.429", "http.503", "http.504", "queue_full", "rejected", "admission_rejected")
 AFFINITY_POLICIES = ("session_affinity", "prefix_aware", "prefixaware", "session", "cache_aware", "kvaware")
-
-
-def num(x) -> float | None:
-    """A float, or None for None/NaN (pandas' NULL)."""
-    if x is None:
-        return None
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(x) else x
 
 
 def _rows(df) -> list[dict]:

@@ -80,6 +80,15 @@ def rows(store, name: str, **params):
     return result.column_names, result.result_rows
 
 
+def num(value) -> float | None:
+    """A value read from the store as a float; None for NULL (None, NaN, NaT, pandas' NA) and non-numbers."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if x != x else x
+
+
 def naive_utc(value: datetime) -> datetime:
     """``value`` as a naive UTC datetime, the form bound to ``DateTime`` parameters: clickhouse-connect
     binds naive datetimes verbatim and the server and chDB read them as UTC. Naive values are taken as

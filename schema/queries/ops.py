@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from schema.queries import filter_params, naive_utc, run
+from schema.queries import filter_params, naive_utc, num as _num, run
 
 # Ranges at least this long read the per-minute pre-aggregations of migration 1006 (when the
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
@@ -172,12 +172,6 @@ def _window_rows(df: pd.DataFrame, window: str) -> pd.DataFrame:
     if not len(df) or "window" not in df.columns:
         return pd.DataFrame()
     return df[df["window"] == window]
-
-
-def _num(value) -> float | None:
-    if value is None or pd.isna(value):
-        return None
-    return float(value)
 
 
 def fleet_tiles(store, start: datetime, end: datetime, filters: dict | None = None) -> FleetTiles:

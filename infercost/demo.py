@@ -451,7 +451,7 @@ def final_summary(store, start: datetime | None, end: datetime) -> dict:
     }
 
 
-# Where the spend went: the cost model's categories (docs: DESIGN "Cost model"), in the summary's order.
+# Where the spend went: the cost model's categories (schema/jobs/README.md), in the summary's order.
 SPEND_CATEGORIES = (("useful_usd", "useful"), ("retry_waste_usd", "retry waste"),
                     ("failed_task_waste_usd", "failed-task waste"), ("unattributed_usd", "unattributed"),
                     ("pending_usd", "pending"), ("idle_usd", "idle GPUs"))

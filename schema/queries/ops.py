@@ -13,7 +13,7 @@ small dataclass; the app contains no SQL. Sources:
   ``vllm:kv_cache_usage_perc`` per replica (resource attribute ``service.instance.id``), read
   through its per-minute pre-aggregation ``ops_gauge_minutes`` (migration 1006): a tile is the mean
   of the replica's newest minute with points in the window (windows are minute-aligned).
-* ``otel_traces`` task root spans for goodput (DESIGN.md: successful tasks per hour that met their
+* ``otel_traces`` task root spans for goodput (successful tasks per hour that met their
   latency SLO; here the end-to-end SLO ``slo.e2e_ms``).
 
 Quantiles are windowed (over the requests that ended in the window), never lifetime averages; the
@@ -221,7 +221,7 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     the replicas' p95s), degraded (bool) and reason (text).
 
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
-    median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md) over
+    median (default 2x: the usual "one slow GPU" signature of a cascading degradation) over
     at least ``min_requests`` engine requests in the window (``MIN_LATENCY_REQUESTS``, 21: with fewer
     the p95 is its single slowest request; its ratios are still given), or its error rate exceeds
     ``error_rate_limit`` (default 5 %).

@@ -38,7 +38,7 @@ from schema.queries import filter_params, naive_utc, run
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
-HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (0051)
+HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (migration 1006)
 # A replica's TTFT / ITL p95 flags it only over at least this many requests: ClickHouse's
 # quantileExact(0.95) is the value at index floor(0.95 n) of the sorted n, the slowest request for
 # n <= 20, so below 21 one slow call would flag a replica (seen: "degraded" on 9 requests).

@@ -174,7 +174,7 @@ class QueueConfig:
 @dataclass
 class SaturationConfig:
     """Rule 4, saturation: over ``window_s`` a replica's mean KV-cache use >= ``kv_ratio``
-    (90%, issue), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
+    (default 90%), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
     never 0, mean >= ``min_waiting``): it admits no more, whatever limit stopped it (``--max-num-seqs``,
     KV blocks, the token budget), so no launch value has to be configured; or, when given, its running
     requests at ``max_running`` / ``max_running_by_replica`` (your ``--max-num-seqs``). Clears below

@@ -18,8 +18,8 @@ DEFAULT_DATA_DIR = Path(".infercost")
 # values never echoed in an error message (register_secrets lists the same fields)
 SECRET_FIELDS = ("ingest_token", "review_smtp_password", "review_webhook_url")
 # Example values of a password or token, refused as a store password, ingest token or dashboard token:
-# a deployment that kept one (the compose file's old default was "change-me") is open to anyone who
-# read the same example.
+# a deployment that kept one from a README or a compose file is open to anyone who read the same
+# example.
 PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme", "change_me", "changeit", "password", "secret", "token"})
 
 

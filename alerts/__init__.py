@@ -1,7 +1,8 @@
 """Alerts on the cascade this product exists to catch, and on SLOs and ingestion.
 
 Position in the flow: serving -> collectors -> schema -> **alerts** (reads the store only through
-``schema.queries.alerts``; imports nothing from serving/collectors/app/infercost).
+named queries: ``schema.queries.alerts``, ``.budgets`` for the budget rules, ``.cost`` for an incident's
+waste; imports nothing from serving/collectors/app/infercost).
 
 - ``config``: thresholds/windows with documented defaults and sources (AlertConfig).
 - ``rules``: 1 replica degradation, 2 retry amplification, 3 queue growth, 4 saturation.

@@ -31,7 +31,7 @@ from schema.queries import alerts as q
 
 
 def actions(replica: str) -> list[str]:
-    """The three moves that break a retry-sustained cascade (DESIGN.md: avoid, share, move, delay work)."""
+    """The three moves that break a retry-sustained cascade (of the four moves, avoid, share, move and delay work)."""
     return [
         f"Drain {replica_label(replica)}: take it out of the gateway's pool (or restart it) until its latency is back "
         f"in line with the fleet.",

@@ -42,11 +42,10 @@ class DegradationConfig:
     window. Absence of evidence is no evidence of health: the window is then widened back, a bucket at
     a time up to ``widen_s`` (6 min: three windows, so evidence is at most that stale), until it holds
     ``min_calls`` (5, as one bucket's figure) calls, judged on their call-weighted median
-    (alerts/rules_replica.py ``speed_evidence``). Measured: the demo's live incident on replica-2 went
-    pending at 2.74x and was cancelled 30-45 s later as "too few calls to compare its speed" when the
-    window was judged alone (option weighed: HOLD on an unknown speed keeping a pending clock running
-    would fire on a minute-old reading with nothing newer to back it; widening judges every verdict on
-    real calls). Still too few over ``widen_s``: an active alert holds in the no-data state (its last
+    (alerts/rules_replica.py ``speed_evidence``). Judged on the window alone, a slow replica given few
+    calls goes pending and is cancelled a minute later for "too few calls to compare its speed" (the
+    demo's own incident does). Holding on an unknown speed, with the pending clock running, would fire
+    on a minute-old reading with nothing newer to back it; widening judges every verdict on real calls. Still too few over ``widen_s``: an active alert holds in the no-data state (its last
     evidence kept), as without engine spans; no alert starts.
     Errors: failed attempts (error_class upstream_error or timeout of gateway attempts on it, engine
     finish 'error') / attempts >= ``error_rate_min`` (5%) and >= ``error_ratio`` (3x) the others'
@@ -174,7 +173,7 @@ class QueueConfig:
 @dataclass
 class SaturationConfig:
     """Rule 4, saturation: over ``window_s`` a replica's mean KV-cache use >= ``kv_ratio``
-    (90%, issue), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
+    (default 90%), or requests waiting in its engine queue at every scrape (``vllm:num_requests_waiting``
     never 0, mean >= ``min_waiting``): it admits no more, whatever limit stopped it (``--max-num-seqs``,
     KV blocks, the token budget), so no launch value has to be configured; or, when given, its running
     requests at ``max_running`` / ``max_running_by_replica`` (your ``--max-num-seqs``). Clears below

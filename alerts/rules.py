@@ -2,7 +2,7 @@
 degradation, and the other per-replica rules are in alerts/rules_replica.py). Each rule is a pure function of query results (unit-testable with
 hand-computed inputs) plus a thin ``*_signals(store, now, config)`` that runs its named queries.
 
-Position: alerts/ reads the store only through ``schema.queries.alerts``. Units: seconds, requests,
+Position: these rules read the store only through ``schema.queries.alerts``. Units: seconds, requests,
 ratios (0..1). Every threshold comes from :mod:`alerts.config`, where its source is documented.
 """
 

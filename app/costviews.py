@@ -12,7 +12,8 @@ import streamlit as st
 
 from app import ui
 
-# Waterfall order: from total spend down to useful work (DESIGN.md cost categories, mutually exclusive).
+# Waterfall order: from total spend down to useful work (the cost model's categories, mutually exclusive:
+# schema/jobs/README.md).
 WATERFALL = [
     ("idle", "Idle GPUs"),
     ("unattributed", "Unattributed"),

@@ -13,7 +13,8 @@ import streamlit as st
 from app import auth, filters, store_provider, ui
 from schema.queries.cost import shared_spans
 
-# An emoji icon is drawn in the page itself; a ':material/…:' page icon is fetched from Google's font host.
+# An emoji page icon is drawn as an inline SVG; a ':material/…:' page icon would be fetched from Google's font
+# host (the navigation's ':material/…:' icons use the font Streamlit serves itself).
 st.set_page_config(page_title="infercost", page_icon="💰", layout="wide")
 auth.gate()
 

@@ -43,7 +43,7 @@ disable_debug_mode()
 CHART_EMBED = {"renderer": "canvas"}
 # A chart's height is its plot's, the width fits the column. Streamlit sizes a spec without `autosize` with
 # "fit" in both directions, so the height a builder asks for held the axes and the legend too: a 220 px
-# time series kept a 40-80 px plot (measured in Chromium on the live and cost pages, 2026-12-04).
+# time series kept a 40-80 px plot (in Chromium, on the live and cost pages).
 # Composed and faceted specs keep Streamlit's choice (fit does not apply to them).
 CHART_AUTOSIZE = {"type": "fit-x", "contains": "padding"}
 

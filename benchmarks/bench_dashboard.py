@@ -7,7 +7,7 @@ Builds (once, cached under benchmarks/results/dashboard_store_<calls>/) a chDB s
 (benchmarks/sql/bench_dashboard_*.sql: deterministic, no randomness), plus one task root span per
 task and vLLM gauges of 16 replicas every 15 s. With ``--cost-hours`` > 0 a 16-replica fleet is
 synced and the cost jobs (``schema.jobs.run_jobs``) run once over the last ``--cost-hours`` hours,
-so the cost pages read real cost tables (the jobs' own speed is the cost issue's benchmark).
+so the cost pages read real cost tables (the jobs' own speed is bench_cost's).
 
 Then times every named query a page issues (``--reps`` runs after one warm-up, p50 / p95 in ms),
 for the default view (the last hour) and the wide views (24 h, 7 d), and the full page (sum of its
@@ -162,13 +162,13 @@ def page_scripts(store, end: datetime, ranges: list[str], pages: list[str], reps
     the SQL time of every store call it made, by tag.
 
     What a page issues is what it issues: no hand-kept list of panels. Prints per page the p50 script
-    time, the p50 of the summed SQL time (the issue's "sum of panel p50s" measured on the page itself),
+    time, the p50 of the summed SQL time (the goal's "sum of panel p50s" measured on the page itself),
     the number of store calls, and the tags that took the most SQL time (p50 over the runs). The SQL of
     the queries a page runs at once (``app.ui.prefetch``, on clones of the store) is summed too, so the
     script time, not the SQL sum, shows what running them at once saves.
 
     Queries run at once share the 2 cores, so each one's time in that sum includes waiting for the
-    other: the sum overstates the page's SQL. "alone" is the issue's own measure ("sum of panel
+    other: the sum overstates the page's SQL. "alone" is the goal's own measure ("sum of panel
     p50s"): every read statement of the page's last run, run again by itself ``reps`` times on the one
     client after the page's runs (the same SQL and parameters), the p50 of each, summed."""
     import streamlit as st

@@ -1,7 +1,7 @@
 """How ingest, the cost jobs and the dashboard's queries grow with the store: 1M, 3M, 10M and 30M calls.
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py`` (``--sizes 1000000,3000000`` for a short run;
-the default, up to 30M calls, took about 9 minutes on 2 quiet cores, in two parts, on 2026-12-02;
+the default, up to 30M calls, takes about 9 minutes on 2 quiet cores;
 each size's store lives in a temp directory until that size is done).
 
 For each size, a fresh chDB store on local disk (all migrations) gets that many calls over 7 days

@@ -8,7 +8,8 @@ recomputed when late data arrives, so it can go down. Results are cached ``cache
 frequent scrapes do not load the store. Labels are low-cardinality (task type, tenant, model,
 category; never a task id).
 
-Metric names (``infercost_`` + unit in the name, STYLE.md habit 6):
+Metric names (``infercost_`` prefix, the unit in the name, as Prometheus' naming guide asks, so a
+reader of a bare series knows what it counts):
 
 * ``infercost_spend_usd_per_hour`` — fleet spend rate (busy and idle GPUs).
 * ``infercost_cpst_usd`` / ``infercost_attributed_cpst_usd`` — cost per successful task (all spend /

@@ -68,10 +68,10 @@ MAX_NUM_SEQS = 4
 # A100s are too few to be judged against their GPU type (alerts SeriesConfig.min_same_type_peers 2), so
 # each is judged against its own older buckets: at least 4 (alerts.series.BASELINE_MIN) of >= 5 calls
 # (min_samples), from 3 buckets back (BASELINE_FROM). The backfill ends 15 min before the demo started
-# and its last minutes can hold no call on replica-2 (one run: none from 07:13 UTC to the live start at
-# 07:39), so the live load (an A100 gets ~6-8 calls a minute, fewer in the first) must supply them:
-# ~5 busy minutes + 3 buckets' lag -> 7 min. Measured in that run: with the incident at 3 min the rule
-# had no baseline for replica-2 and raised nothing.
+# and its last minutes can hold no call on replica-2 (its backfilled calls are sparse: tens of minutes
+# without one happen), so the live load (an A100 gets ~6-8 calls a minute, fewer in the first) must
+# supply them: ~5 busy minutes + 3 buckets' lag -> 7 min. With the incident at 3 min the rule has no
+# baseline for replica-2 and raises nothing.
 BASELINE_WARMUP_S = 420.0
 # How long before the backfilled fault its fixed load starts: the alerts are replayed from 30 min before the
 # fault over series of 24 one-minute buckets (alerts SeriesConfig), so the minutes the cascade rule judges
@@ -110,7 +110,8 @@ class DemoOptions:
     backfill_days: float = 7.0
     reset: bool = False
     backfill_rate_scale: float = 0.2
-    # Constant (no daily curve): 0.1 left the live phase ~70 % idle; 0.15 allocated 62 % (FLEET_SIZING).
+    # Constant (no daily curve), high enough that most of the live phase's spend is allocated (~60 %;
+    # at 0.1 ~70 % of it is idle): FLEET_SIZING.
     live_rate_scale: float = 0.15
     incident_after_s: float = 480.0  # BASELINE_WARMUP_S and a minute's margin
     incident_replica: str = "replica-2"
@@ -118,15 +119,15 @@ class DemoOptions:
     incident_length_s: float = 600.0
     # A 70B call with a long context takes 10-40 s (prefill and ~340 tokens at ~30-50 ms each), up to a minute
     # more when it queues behind 4 others at the afternoon peak: clients wait 90 s before retrying, so the 6x
-    # slower replica's calls (60-240 s) time out and a healthy replica's queue at the peak does not. Measured
-    # on 1-day backfills started at different hours: at 60 s the other A100 sometimes timed out before the
-    # fault and the cascade rule named it; at 120 s with a 5x slowdown too few calls timed out for a cascade.
+    # slower replica's calls (60-240 s) time out and a healthy replica's queue at the peak does not. At 60 s
+    # the other A100 can time out before the fault and the cascade rule names it; at 120 s (with a 5x
+    # slowdown) too few calls time out for a cascade.
     client_timeout_s: float = 90.0
     # The backfilled incident's load, as a multiple of the weekday afternoon peak: the same replay of the trace
     # whatever the hour the demo starts (BackfillPlan.fixed_load), from INCIDENT_LEAD_S before the fault to its
     # end. Above the peak the two healthy replicas cannot absorb the slowed one's share and its retries (their
-    # queues step up: the cascade). 1-day backfills started at 5 hours of the day: at 1.1 each named
-    # replica-2; at 1.0 one of 7 raised no cascade (too few retries); at 0.85-0.9 the others absorbed it.
+    # queues step up: the cascade). At 1.0 a backfill can raise no cascade (too few retries) and at 0.85-0.9
+    # the others absorb it; at 1.1 backfills started at any hour of the day name replica-2.
     incident_load: float = 1.1
     seed: int = 0
     summary_json: Path | None = None
@@ -451,7 +452,7 @@ def final_summary(store, start: datetime | None, end: datetime) -> dict:
     }
 
 
-# Where the spend went: the cost model's categories (docs: DESIGN "Cost model"), in the summary's order.
+# Where the spend went: the cost model's categories (schema/jobs/README.md), in the summary's order.
 SPEND_CATEGORIES = (("useful_usd", "useful"), ("retry_waste_usd", "retry waste"),
                     ("failed_task_waste_usd", "failed-task waste"), ("unattributed_usd", "unattributed"),
                     ("pending_usd", "pending"), ("idle_usd", "idle GPUs"))

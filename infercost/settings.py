@@ -18,8 +18,8 @@ DEFAULT_DATA_DIR = Path(".infercost")
 # values never echoed in an error message (register_secrets lists the same fields)
 SECRET_FIELDS = ("ingest_token", "review_smtp_password", "review_webhook_url")
 # Example values of a password or token, refused as a store password, ingest token or dashboard token:
-# a deployment that kept one (the compose file's old default was "change-me") is open to anyone who
-# read the same example.
+# a deployment that kept one from a README or a compose file is open to anyone who read the same
+# example.
 PLACEHOLDER_SECRETS = frozenset({"change-me", "changeme", "change_me", "changeit", "password", "secret", "token"})
 
 
@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     inserts_in_flight: int = Field(1, ge=1, le=4, description="Inserts the receiver's writer runs side by side "
                                    "under sustained load (ClickHouse parses one insert on one core): 2 uses a second "
                                    "core when one is idle, at the memory of a second insert of batch_cap_bytes "
-                                   "(+50-110 MB peak measured at 16 MiB); same CPU per span.")
+                                   "(+66 MB peak measured at 16 MiB emptying a full spool); same CPU per span.")
     queue_max_rows: int = Field(500_000, ge=1, description="Rows waiting for the store before the receiver answers 429.")
     spool_max_bytes: int = Field(1024 * 1024 * 1024, ge=0, description="On-disk spool cap (store down); beyond it: 503.")
     min_free_disk_bytes: int = Field(256 * 1024 * 1024, ge=0, description="Embedded store: below this much free disk the cost jobs pause (a refresh on a full disk can break a table definition).")

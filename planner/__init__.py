@@ -19,5 +19,5 @@ scratch stores.
 | ``search.py`` | the levers, local search, the time budget |
 | ``report.py`` | backtest, Pareto frontier, recommendation, levers, the text report |
 | ``run.py`` | ``plan()``: the whole run |
-| ``results.py`` | storing a run (migration 0160) |
+| ``results.py`` | storing a run (tables of ``schema/migrations/1008_baseline_planner.sql``) |
 """

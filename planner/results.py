@@ -1,6 +1,6 @@
 """Store a planner run in ``planner_runs``, ``planner_candidates`` and ``planner_candidate_types``
-(migration 0160), where the dashboard's Planner page and the weekly review read it back through
-named queries (``schema.queries.planner``). One insert per table; money unrounded.
+(``schema/migrations/1008_baseline_planner.sql``), where the dashboard's Planner page and the
+weekly review read it back through named queries (``schema.queries.planner``). One insert per table; money unrounded.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class SearchState:
 
 
 def lever_candidates(current: Candidate, seqs_levels: list[int]) -> dict[str, list[Candidate]]:
-    """Candidates that change the current fleet in one move each (DESIGN.md's four moves):
+    """Candidates that change the current fleet in one move each (the four moves):
     avoid = prefix-affinity routing (a task's calls reuse one replica's prefix cache); share =
     larger batches (``--max-num-seqs`` one level up); delay = autoscaling to the load (idle
     replicas parked) and admission control (batch priority capped). ``move`` (the GPU mix) comes

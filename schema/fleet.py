@@ -23,9 +23,9 @@ Defaults and their sources:
 * ``unknown_replica``: H100 x 1 (the first listed GPU type when there is no H100) — a replica seen
   in telemetry but missing here is priced as one GPU of that type and flagged
   (``replica_minutes.in_fleet`` = 0).
-* ``jobs.window_s`` = 7200 (the issue's 2 h trailing window), ``jobs.max_call_s`` = 3600 (the
-  longest call a window looks back for), ``jobs.task_lookback_s`` = 86400 (how far back a task's
-  calls are summed).
+* ``jobs.window_s`` = 7200 (the 2 h trailing window each run recomputes: late spans inside it are
+  absorbed), ``jobs.max_call_s`` = 3600 (the longest call a window looks back for),
+  ``jobs.task_lookback_s`` = 86400 (how far back a task's calls are summed).
 """
 
 from __future__ import annotations

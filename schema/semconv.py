@@ -1,7 +1,7 @@
 """Attribute and span names: the contracts between the serving tier, the collectors and the SQL.
 
 OpenTelemetry GenAI semantic conventions and vLLM's own names where they exist; our ``task.*`` /
-``tenant.*`` / ``slo.*`` contract from DESIGN.md; ``gateway.*`` for what only the gateway sees.
+``tenant.*`` / ``slo.*`` contract (docs/telemetry.md); ``gateway.*`` for what only the gateway sees.
 The SQL in ``schema/migrations`` reads the same strings; keep both in step (a test checks that
 every name the ``llm_calls`` view reads is declared here).
 """
@@ -54,7 +54,7 @@ RESOURCE_MODEL = "gen_ai.request.model"  # resource attribute fallback when span
 VLLM_PROCESS_ID = "vllm.process_id"  # vLLM >= 0.32 resource: API server pid (changes on restart), a string
 VLLM_INSTRUMENTING_MODULE = "vllm.instrumenting_module_name"  # vLLM >= 0.32 resource: vllm.llm_engine, ...
 
-# --- Task context (DESIGN.md; travels as W3C baggage) ------------------------------------------
+# --- Task context (docs/telemetry.md; travels as W3C baggage) ----------------------------------
 TASK_ID = "task.id"
 TASK_TYPE = "task.type"
 TASK_OUTCOME = "task.outcome"  # task root span: success | failure | abandoned

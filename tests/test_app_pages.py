@@ -312,7 +312,7 @@ def test_cost_pages_show_the_cost_jobs_numbers(big):
 
 @pytest.fixture
 def worked():
-    """The cost issue's worked example (tests/test_cost_engine.py): spend $0.18, 2 successful tasks."""
+    """The cost model's worked example (schema/jobs/README.md, tests/test_cost_engine.py): spend $0.18, 2 successful tasks."""
     from tests import test_cost_engine as example
 
     store = new_store()

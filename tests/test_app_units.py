@@ -274,9 +274,9 @@ def test_a_chart_is_built_once_per_data_and_rebuilt_when_the_data_changes(monkey
 
 
 def test_the_triangle_keeps_its_edge_points_and_labels_inside_the_chart():
-    """The demo store's 7-day triangle (2026-12-03): replica-2's current point sat at the top of the y domain
+    """A demo store's 7-day triangle: replica-2's current point can sit at the top of the y domain
     (TTFT p99 6.40 s, domain 0-6.5) and replicas 0 and 1 at the right end of x (217.8 tok/s, domain 0-220):
-    circles cut in half, labels cut off. Both scales now keep 24 px free at their top ends and start at 0,
+    without room, circles are cut in half and labels cut off. So both scales keep 24 px free at their top ends and start at 0,
     and a current point's label in the right quarter of the x range goes left of it."""
     from app import costviews
 
@@ -297,7 +297,7 @@ def test_the_triangle_keeps_its_edge_points_and_labels_inside_the_chart():
 
 
 def test_current_points_close_together_share_one_label():
-    """The fresh demo's triangle at 24 h (2026-12-03): its four replicas' current windows (the light live
+    """A fresh demo's triangle at 24 h: its four replicas' current windows (the light live
     hour) sat within a few tok/s of 0 and drew four names on top of each other. Points within 10 % of the x
     span and 4 % of the y span of a labelled one join its label (two names, then +N)."""
     from app import costviews

@@ -1,4 +1,4 @@
-"""Cost engine on the embedded store: the issue's worked example and the named scenarios.
+"""Cost engine on the embedded store: the worked example of schema/jobs/README.md and the named scenarios.
 
 Spans are written in the shapes of docs/telemetry.md (tests/test_cost_support.py); the jobs run
 through ``schema.jobs.run_jobs`` over explicit windows; figures are read through the named

@@ -1,4 +1,5 @@
-"""Counter evidence and the calls it may be charged to, by hand (shared/DESIGN.md "Cost model" item 2).
+"""Counter evidence and the calls it may be charged to, by hand (schema/jobs/README.md,
+"allocation": gap work).
 
 One replica r1 = 1 x H100 at $3.60/GPU-hour ($0.06 a minute), ``capacity: 1000`` work units a
 minute, w_prefill 0.25, w_decode 1.0, scraped every 10 s through the product's scraper (vLLM 0.32's

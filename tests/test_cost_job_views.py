@@ -1,5 +1,5 @@
 """The cost-job views' rows on one small scenario, every figure worked out by hand from the cost model
-(shared/DESIGN.md "Cost model", schema/jobs/README.md).
+(schema/jobs/README.md).
 
 The scenario reaches each path of the views: counters with prefix-cache hits (cached tokens
 estimated from their hit rate), a minute with counters and no span (unspanned work), minutes with

@@ -1,7 +1,7 @@
 """Property tests of the cost model over random fleets, prices, capacities, retries and failures
 (hypothesis).
 
-Invariants (shared/DESIGN.md "Cost model"):
+Invariants (schema/jobs/README.md):
 
 * conservation: allocated + idle == spend for every replica-minute and every window (relative
   1e-9); allocated <= spend x min(1, work / capacity); the categories + unattributed + unspanned +
@@ -180,7 +180,7 @@ def _write(store, batch: list[tuple[Slot, dict]]) -> dict[str, tuple[int, int]]:
 
 
 def expected_categories(calls, outcomes) -> dict[int, str]:
-    """The category of each drawn call by the cost model's rule (shared/DESIGN.md "Categories"): an
+    """The category of each drawn call by the cost model's rule (schema/jobs/README.md): an
     engine span alone (vLLM drops baggage) -> unattributed; a call without task context with a client
     span (the client's own attempt, called directly, or the client span above the gateway's request) is
     a task of its own (its trace's root: schema/jobs/README.md "Tasks from standard spans"), a success

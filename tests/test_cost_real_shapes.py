@@ -1,7 +1,7 @@
 """Cost truth with the real producers: the task SDK -> the real gateway -> scripted replicas that answer
 as vLLM does, every span through the OTLP receiver; vLLM's own llm_request spans re-issued from the
 captured ones (tests/fixtures/vllm-0.32-cpu-captured, exact attribute types and resource) with the
-trace context the replica received. The issue's right values, asserted exactly.
+trace context the replica received. The right values, worked out by hand, asserted exactly.
 """
 
 from __future__ import annotations

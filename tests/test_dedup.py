@@ -192,7 +192,7 @@ def deliver(store, spool: Path, *deliveries: list[bytes], sink=None) -> None:
 
 
 def figures(store) -> dict:
-    """Every live-ops figure the issue names, over the whole workload."""
+    """Every live-ops figure the module docstring lists, over the whole workload."""
     rows = store.query("SELECT min(Timestamp), max(Timestamp) FROM otel_traces", tag="test").result_rows[0]
     start = rows[0].replace(tzinfo=timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=1)
     end = rows[1].replace(tzinfo=timezone.utc).replace(second=0, microsecond=0) + timedelta(minutes=2)

@@ -34,6 +34,11 @@ def test_vllm_has_tracing_on_and_names_its_replica():
     assert env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
     attrs = dict(kv.split("=", 1) for kv in env["OTEL_RESOURCE_ATTRIBUTES"].split(","))
     assert attrs["service.instance.id"] == "vllm-0" and attrs["gpu.type"] == "H100" and attrs["gpu.count"] == "1"
+    # the README's required flags: prefix caching on, cached tokens reported in responses
+    assert {"--enable-prefix-caching", "--enable-prompt-tokens-details"} <= set(vllm["command"])
+    # the gateway names the replica by the same id (without one it would be "vllm-0:8000")
+    gateway = _compose()["services"]["gateway"]["command"]
+    assert gateway[gateway.index("--upstream") + 1] == "vllm-0=http://vllm-0:8000"
 
 
 def test_collector_writes_our_tables_without_creating_schema():

@@ -46,7 +46,7 @@ def _outcome(fn, data):
 def _outcome_at_depth(fn, data):
     """``_outcome`` for input that runs the decoder to the recursion limit (the 100,000-deep array). A
     cyclic collection firing there runs finalizers of objects other tests left behind, whose report
-    fails for want of stack, and pytest turns those reports into a failure of this test (CI, stop 34).
+    fails for want of stack, and pytest turns those reports into a failure of this test (seen in CI).
     Collect first and hold collection off while the decoder runs."""
     gc.collect()
     gc.disable()

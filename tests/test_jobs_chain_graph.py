@@ -18,7 +18,7 @@ from schema import jobs
 from schema.queries import cost
 from tests.test_jobs_periodic import _scenario
 
-# What 0510 lets run side by side: each pair reads nothing the other writes.
+# What the chain (migration 1005) lets run side by side: each pair reads nothing the other writes.
 SIDE_BY_SIDE = [
     ("cost_copy_call_costs_mv", "cost_copy_replica_minutes_mv"), ("cost_copy_call_costs_mv", "cost_copy_tasks_mv"),
     ("cost_copy_replica_minutes_mv", "cost_copy_tasks_mv"),

@@ -204,7 +204,7 @@ def test_one_query_holds_every_grouping_as_the_raw_rows_do(served):
         for grp, row in frame.iterrows():
             a = allocated.get(grp, 0.0)
             assert row["allocated_usd"] == pytest.approx(a, **EXACT), (by, grp)
-            # a group's spend = its allocated cost + the fleet's idle in proportion to it (shared/DESIGN.md)
+            # a group's spend = its allocated cost + the fleet's idle in proportion to it
             assert row["spend_usd"] == pytest.approx(a + idle * a / alloc, **EXACT), (by, grp)
             assert row["tasks"] == (ended.loc[grp, "total"] if grp in ended.index else 0), (by, grp)
             assert row["successful_tasks"] == (ended.loc[grp, "ok"] if grp in ended.index else 0), (by, grp)

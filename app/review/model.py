@@ -12,7 +12,8 @@ from datetime import date, datetime
 
 from app.review.weeks import IsoWeek
 
-# The four moves every inference optimisation is one of (DESIGN.md, "Why this product exists").
+# The four moves every inference optimisation is one of: avoid work (prefix caching), share it
+# (batching), move it (to another replica or GPU), delay it (admission control, autoscaling).
 MOVES = ("avoid", "share", "move", "delay")
 
 
@@ -77,7 +78,7 @@ def comparable(a: "Coverage | None", b: "Coverage | None", tolerance: float = 0.
 class Headline:
     """The answer to "what did we pay per successful task last week, and how did it change"."""
 
-    cpst_usd: Figure  # all spend / successful tasks (DESIGN.md cost model 5)
+    cpst_usd: Figure  # all spend / successful tasks: idle GPUs included (schema/jobs/README.md)
     attributed_cpst_usd: Figure  # spend excluding idle / successful tasks
     spend_usd: Figure
     idle_usd: Figure

@@ -2,7 +2,7 @@
 by task type / tenant / model, the trend, attempts per success and data quality.
 
 Every figure comes from ``schema.queries.cost`` (the cost job's tables; definitions in its
-docstring and DESIGN.md "Cost model").
+docstring and schema/jobs/README.md).
 """
 
 from __future__ import annotations

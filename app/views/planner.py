@@ -2,7 +2,8 @@
 frontier chart, candidate table, SLOs per task type, levers, assumptions.
 
 Data: the planner's stored results through ``schema.queries.planner`` (``runs``, ``run``,
-``run_candidates``, ``run_task_types``; tables of migration 0160). ``?run=<id>`` selects a run.
+``run_candidates``, ``run_task_types``; tables of ``schema/migrations/1008_baseline_planner.sql``).
+``?run=<id>`` selects a run.
 The page runs nothing itself: a run replays a week on ~20 fleets and takes minutes.
 """
 

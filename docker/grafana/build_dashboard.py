@@ -4,7 +4,7 @@ Grafana dashboard over the same ClickHouse tables (Grafana's ClickHouse data sou
 Run ``python docker/grafana/build_dashboard.py`` after changing a panel; tests/test_docker_config.py
 checks the JSON is what this script writes and runs every panel's SQL (Grafana's time macros
 expanded) against the embedded store. Each panel's SQL follows the definitions of the named
-queries in schema/queries (DESIGN.md "Cost model"); rollup tables where the pages use them.
+queries in schema/queries (the cost model: schema/jobs/README.md); rollup tables where the pages use them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ PANELS = [
 SELECT
     (SELECT sum(spend_usd) FROM replica_minutes WHERE $__timeFilter(minute))
     / nullIf((SELECT countIf(outcome = 'success') FROM tasks WHERE $__timeFilter(minute)), 0) AS cpst_usd
-""", (0, 0, 6, 4), "All spend in the range (busy and idle GPUs) / tasks that succeeded in it (DESIGN.md cost model 5)."),
+""", (0, 0, 6, 4), "All spend in the range (busy and idle GPUs) / tasks that succeeded in it."),
     ("Spend", "stat", "currencyUSD", """
 SELECT sum(spend_usd) AS spend_usd FROM replica_minutes WHERE $__timeFilter(minute)
 """, (6, 0, 6, 4), "GPU price x GPUs x time up."),

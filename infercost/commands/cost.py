@@ -1,6 +1,7 @@
 """``infercost cost``: sync fleet.yaml, run the cost jobs, print the period summary.
 
-Wiring only: the cost model lives in SQL (``schema/migrations/0013``, ``1005``), the runner in
+Wiring only: the cost model lives in SQL (``schema/migrations/1004_baseline_cost_jobs.sql``; the
+periodic chain, ``1005_baseline_cost_chain.sql``, runs it every minute), the runner in
 ``schema.jobs``, the summary query in ``schema.queries.cost``.
 """
 

@@ -376,7 +376,7 @@ def roll_up(store, *, start: datetime, end: datetime, chunk: timedelta = DEFAULT
 def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datetime] | None:
     """Roll up the hours below the watermark that have no complete rollup yet, from the first such
     hour (within ``retention_days``) to the watermark's hour: the hours the periodic chain copies
-    into history (it does not roll up), and a store migrated to 0170 with history already in it.
+    into history (it does not roll up), and any other hour with history but no complete mark.
     Returns the range rolled up (UTC, naive), or None when there was none; then it writes the
     triangle's blocks (migration 1003) that are due over the retention instead. First, whatever the
     watermark, the live series' blocks (:func:`roll_up_series`) over the retention. ``infercost up``
@@ -390,8 +390,8 @@ def roll_up_pending(store, *, retention_days: int = 30) -> tuple[datetime, datet
     end = mark.replace(minute=0, second=0, microsecond=0)
     first = store.scalar((JOBS_DIR / "rollup_pending.sql").read_text(), {"oldest": oldest}, tag="jobs.rollup")
     if first is None or first.year <= 1970 or first.replace(tzinfo=None) >= end:
-        # every hour rolled up: the triangle's blocks (migration 1003) a store rolled up before
-        # 0200 lacks, or whose hours a run rewrote after the block's rollup step
+        # every hour rolled up: the triangle's blocks (migration 1003) that were never written, or
+        # whose hours a run rewrote after the block's rollup step
         if oldest < end:
             params = {"ws": oldest, "we": end, "run_id": time.time_ns()}
             for statement in _statements("run_cost_blocks"):

@@ -40,8 +40,8 @@ _CALL = re.compile(r"(?<![\w.`])(?:`?\w+`?\.)?`?(job_\w+)`?"
                    r"\((ws = \{ws:DateTime\}, we = \{we:DateTime\}(?:, run_id = \{run_id:UInt64\})?)\)")
 _PLAIN = {name: re.compile(rf"\b(FROM|JOIN)\s+(?:`?\w+`?\.)?`?{name}`?(?![\w`(])(\s+AS\s+\w+)?") for name in PLAIN_VIEWS}
 _DEPTH = 8  # views inside views: the job views nest two deep
-# A job view's periodic arm over a scratch table and the explicit run's arm after it (migration 1004,
-# 0180, 0240): `SELECT <columns> FROM <db>.<x>_live WHERE p_run_id = 0 [AND (<condition>)] UNION ALL
+# A job view's periodic arm over a scratch table and the explicit run's arm after it (migrations 1003,
+# 1004): `SELECT <columns> FROM <db>.<x>_live WHERE p_run_id = 0 [AND (<condition>)] UNION ALL
 # SELECT <columns'> FROM <db>.<x>_runs WHERE (run_id = p_run_id) ...`. An explicit run's run_id is never
 # 0, so the first arm reads no row; it names the union's columns, so its list goes to the second arm
 # when it aliases them (the two tables have the same columns, and `_runs` two more).

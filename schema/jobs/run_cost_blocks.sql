@@ -3,8 +3,8 @@
 -- hours and no mark naming exactly those hours' current versions (job_triangle_blocks_due) is
 -- written (again) from the hours' rows of those versions: sums, and the exact p99 by merging the
 -- hours' quantile states. Rows first, then the marks (a reader takes a block only through its
--- mark). Insert-only. Over the retention it also writes the blocks a store rolled up before 0200
--- lacks (jobs.roll_up_pending).
+-- mark). Insert-only. Over the retention it also writes the due blocks that were never written
+-- (jobs.roll_up_pending).
 INSERT INTO cost_triangle_blocks (block_start, block_seconds, version, replica, requests, tokens, out_tokens,
                                   ttft_p99_s, e2e_p99_s)
 SELECT dh_start, dh_seconds, {run_id:UInt64}, th.replica,

@@ -1,6 +1,6 @@
 -- Explicit-window run, first step beside run_resolve.sql: the engine counters and gauges of
 -- [ws, we) once into engine_counters_runs / replica_gauges_runs under this run's id (migration
--- 0240; the periodic chain's cost_engine_counters_mv / cost_replica_gauges_mv write the _live
+-- 1003; the periodic chain's cost_engine_counters_mv / cost_replica_gauges_mv write the _live
 -- tables). run_reconcile.sql and the replica_minutes step read them; the runner drops them after
 -- (drop_scratch.sql).
 INSERT INTO engine_counters_runs

@@ -5,7 +5,7 @@
 --    (seconds per output token); prefill_tok_p50_s = median of prefill_s / prompt_tokens (seconds
 --    per prompt token: the engine's speed on the prompt, queue excluded); queue_p95_s; engine_errors
 --    (finish reason 'error': the engine failed the request);
---  gateway (gateway.attempt spans, replica = gateway.replica, llm_calls.error_class of 0060):
+--  gateway (gateway.attempt spans, replica = gateway.replica, llm_calls.error_class of migration 1001):
 --    attempts, gw_ok (no error class), gw_failed (upstream_error or timeout: the failures that
 --    count against a replica), gw_errors (upstream_error alone: 5xx, refused, broken streams, which
 --    load does not cause), gw_conn_errors (connection refused/reset: nothing listening),

@@ -2,7 +2,7 @@
 -- alerts_task_minutes (migration 1007) over minutes of task end in [now - window, now). Exact when
 -- now is on a minute boundary (virtual-time replays); live, the window starts up to one minute late.
 --  tasks; failed = outcome failure or abandoned (task-success SLO);
---  not_good = not (success and within slo.e2e_ms) (goodput SLO; DESIGN.md: goodput = successful
+--  not_good = not (success and within slo.e2e_ms) (goodput SLO: goodput = successful
 --  tasks that also met their latency SLO).
 SELECT
     w AS window_s,

@@ -10,7 +10,7 @@ DataFrame; callers contain no SQL. The tables are the cost jobs' outputs (``sche
   ``unspanned``: engine work the counters saw and no span explains).
 * ``tasks`` — one row per task, in the minute it ended: outcome, attempts, cost by category.
 
-Definitions (shared/DESIGN.md "Cost model"; schema/jobs/README.md): spend = price x GPUs while up
+Definitions (schema/jobs/README.md): spend = price x GPUs while up
 (every minute for a reserved replica); allocated = spend x min(1, work / capacity), idle = the rest,
 so allocated + idle = spend for every replica-minute; cost per successful task (CPST) = all spend
 in the period / tasks that succeeded in the period (tasks belong to the period in which they

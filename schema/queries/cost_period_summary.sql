@@ -1,4 +1,4 @@
--- Period summary of the cost model (DESIGN.md "Cost model") over [start, end), for one or more
+-- Period summary of the cost model (schema/jobs/README.md) over [start, end), for one or more
 -- groupings at once: one row per (grouping, group). bys: any of '' (one row) | 'task_type' |
 -- 'tenant' | 'model' | 'replica'. Filters: '' = all.
 -- Spend is by minute (replica_minutes); categories by the minute the work ran (call_costs);

@@ -1,7 +1,7 @@
 -- How the cost queries split [start, end) (cost.rollup_span): the watermark (minutes below it are
 -- read from *_history, from it on from *_live, as the views call_costs / replica_minutes / tasks
 -- do), and the whole hours of the range whose newest cost_rollup_hours row says complete (migration
--- 0170), with that row's version, in hour order. With block_seconds > 0 also the marks of the
+-- 1003), with that row's version, in hour order. With block_seconds > 0 also the marks of the
 -- triangle's blocks of that size inside the range (migration 1003): start, version, hour versions
 -- (cost.rollup_span keeps those naming the hours' current versions). One row.
 WITH

@@ -13,7 +13,7 @@ small dataclass; the app contains no SQL. Sources:
   ``vllm:kv_cache_usage_perc`` per replica (resource attribute ``service.instance.id``), read
   through its per-minute pre-aggregation ``ops_gauge_minutes`` (migration 1006): a tile is the mean
   of the replica's newest minute with points in the window (windows are minute-aligned).
-* ``otel_traces`` task root spans for goodput (DESIGN.md: successful tasks per hour that met their
+* ``otel_traces`` task root spans for goodput (successful tasks per hour that met their
   latency SLO; here the end-to-end SLO ``slo.e2e_ms``).
 
 Quantiles are windowed (over the requests that ended in the window), never lifetime averages; the
@@ -38,7 +38,7 @@ from schema.queries import filter_params, naive_utc, num as _num, run
 # bucket is whole minutes and no tenant / task-type filter needs the raw rows' parents). Measured
 # by benchmarks/bench_dashboard.py: a 7-day series over 10M calls took seconds from the raw rows.
 ROLLUP_MIN_RANGE_S = 6 * 3600
-HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (0051)
+HOUR_ROLLUP_MIN_RANGE_S = 12 * 3600  # ranges of 12 h+ with whole-hour buckets read hours (migration 1006)
 # A replica's TTFT / ITL p95 flags it only over at least this many requests: ClickHouse's
 # quantileExact(0.95) is the value at index floor(0.95 n) of the sorted n, the slowest request for
 # n <= 20, so below 21 one slow call would flag a replica (seen: "degraded" on 9 requests).
@@ -215,7 +215,7 @@ def replica_health(store, start: datetime, end: datetime, filters: dict | None =
     the replicas' p95s), degraded (bool) and reason (text).
 
     A replica is flagged degraded when its TTFT or ITL p95 exceeds ``degradation_factor`` x the fleet
-    median (default 2x: the usual "one slow GPU" signature of a cascading degradation, DESIGN.md) over
+    median (default 2x: the usual "one slow GPU" signature of a cascading degradation) over
     at least ``min_requests`` engine requests in the window (``MIN_LATENCY_REQUESTS``, 21: with fewer
     the p95 is its single slowest request; its ratios are still given), or its error rate exceeds
     ``error_rate_limit`` (default 5 %).

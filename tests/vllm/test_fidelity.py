@@ -13,21 +13,20 @@ to MAX_PAIRS, while the pairs so far leave a figure outside the tolerance), so e
 real run next to it did. The emulated run uses the profile fitted (``cal.fit_to_traffic``)
 to vLLM's spans of every calibration-traffic run so far, pooled (each run replayed at the arrival
 times vLLM stamped in it, ``cal.arrivals``), and is sent at the arrival times vLLM
-stamped in the real run beside it (``as_arrived``: on this 2-core host the client, sharing the cores
-with vLLM's processes, sent 77 ms late at p50 and 0.69 s at p95 to real vLLM against 1 / 75 ms to the
-emulator, 2026-12-01 21:58 UTC at load 11, bunching requests that the emulator then saw spread out;
-``arrival_lag`` in the artifact keeps both lags per run). The fitted profile: prefill slope, the front end's input
+stamped in the real run beside it (``as_arrived``: on a 2-core host the client, sharing the cores
+with vLLM's processes, sends to real vLLM later than to the emulator, by tenths of a second at p95,
+bunching requests that the emulator would see spread out; ``arrival_lag`` in the artifact keeps both
+lags per run). The fitted profile: prefill slope, the front end's input
 time and the decode base matched to the medians of queue + prefill, TTFT - queue - prefill and per-request
 ITL (lone requests measured the front end's input at 6-11 ms where it takes ~2-5 ms under traffic).
 
 The statistic: TTFT p50/p95, ITL p50 (per request: decode time / (tokens - 1)) and throughput (output
 tokens / makespan) over ALL requests of the runs pooled (4 x 48 = 192 a side, up to 576 after more stages),
 emulated / real.
-One run's p95 is its 3rd-largest of 48 values, and the real one moved 2-3x between repeats minutes apart
-(0.58 / 1.93 / 0.84 of one emulated figure at 18:55 UTC): a host stall of a few hundred ms in one run
-decides it. Pooled, the p95 is the ~10th-largest of 192, and the same number of emulated requests sits
+One run's p95 is its 3rd-largest of 48 values, and the real one can move 2-3x between repeats minutes
+apart: a host stall of a few hundred ms in one run decides it. Pooled, the p95 is the ~10th-largest of 192, and the same number of emulated requests sits
 opposite, each run beside its real one: a stall moves it less, and both sides are sampled alike. Medians
-over repeats (the previous statistic) and per-repeat ratios are kept in the artifact. They must agree
+over repeats and per-repeat ratios are kept in the artifact. They must agree
 within 25% (all four asserted; TTFT and ITL an expected failure only on a host where vLLM waited for
 its cores, see MAX_WORKER_WAIT).
 Figures go to tests/artifacts/vllm_fidelity.json: pooled and per repeat, the TTFT split (queue, prefill,
@@ -60,32 +59,28 @@ KEYS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "throughput_tok_s")
 # All four are asserted on a host where vLLM gets its cores. Where vLLM's worker waited for a core more
 # than MAX_WORKER_WAIT of its runnable time during a real run (schedstat, ``cal.wait_share``), its TTFT
 # tail is host stalls and the run says nothing about the model: TTFT/ITL outside 25% there is an expected
-# failure naming the wait (throughput is still asserted). Quiet runs after the client-lateness and queue
-# fixes (2026-12-01 23:30-00:08 UTC; serving/emulator/README.md): worker wait 0.06-0.20, pooled ratios
-# 1.07 / 0.96 / 1.11 / 1.00, 1.08 / 1.00 / 0.97 / 1.01, 1.10 / 1.16 / 0.99 / 1.00, all within 25%; loaded runs the
-# same evening (load 10-23) waited 0.34-0.81 and their real TTFT p95 was 0.3-0.4 s of host stalls.
+# failure naming the wait (throughput is still asserted). On a quiet host the worker waits 0.06-0.20
+# and every pooled ratio is within 25%; on a loaded one (load 10-23) it waited 0.34-0.81 and the real
+# TTFT p95 was 0.3-0.4 s of host stalls (the runs: benchmarks/README.md, "Emulator fidelity").
 LOAD_SENSITIVE = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s")
 MAX_WORKER_WAIT = 0.30
 REPEATS = 4
 # Multiple sampling (as in acceptance sampling, ISO 2859-1): a stage that leaves a figure outside the
 # tolerance (one not excused by the worker's wait) draws MORE_PAIRS more pairs, up to MAX_PAIRS, and
 # the check is judged on all pairs so far pooled. Real vLLM's own speed moves between runs minutes
-# apart on this 2-core host: within one test the traffic the profile is fitted to read 2.9 to 6.2 ms a
-# token, and the real workload's ITL p50 moved up to 1.38x between its four repeats (load ~5). Over
-# eight tests of 2026-12-01/02 (seven artifacts and the printed line of the CI run that failed), four
-# pairs pooled read emulated/real ITL p50 0.77-1.46 and TTFT p95 0.73-1.27, and 3 of the 8 left a figure
-# outside 25%. Stop 28's CI run: four pairs TTFT p95 0.68 (per pair 0.45-1.04), eight pairs 0.755, inside
-# by 0.005. Each stage pools more requests on each side and more traffic under the fit; the tolerance
+# apart on a 2-core host (within one test the traffic the profile is fitted to read 2.9 to 6.2 ms a
+# token, and the real workload's ITL p50 moved up to 1.38x between four repeats), so four pairs alone
+# can leave a figure outside 25% for the host's sake (3 of 8 tests did; the runs: benchmarks/README.md,
+# "Emulator fidelity"). Each stage pools more requests on each side and more traffic under the fit; the tolerance
 # is the same at every stage, so an emulator off by more than 25% fails on every pooled figure, while a
 # sound one is failed less often for one host's bad minutes (at the price of passing a slightly worse
 # one by chance: the stages' ratios are all in the artifact, ``stage_ratios``).
 MORE_PAIRS = 4
 MAX_PAIRS = 12
 # The stages stop where the next one would not end inside the test's time: a stage is MORE_PAIRS times
-# the slowest pair so far. A test cut by pytest-timeout reports nothing (stop 35's check ran: four pairs
-# TTFT p95 1.654, eight 1.489, cut at 600 s in the third stage); one stopped here fails with its figures.
-# Measured (the artifact's `seconds` / `pair_seconds`, fresh-clone CI run 2026-12-04, quiet host): the
-# calibration and four pairs 200 s, each pair 33.5-37.2 s.
+# the slowest pair so far. A test cut by pytest-timeout reports nothing; one stopped here fails with its
+# figures. On a quiet host the calibration and four pairs take ~200 s and a pair ~35 s (the artifact's
+# `seconds` / `pair_seconds`), so all three stages fit in the budget there.
 TIME_BUDGET_S = 900
 
 

@@ -3,7 +3,7 @@
 One workload (tests/vllm/workload.py: streaming and not, usage on, max_tokens hits, n=2, shared
 prefixes, a capped prompt, a prompt over the context, a client abort, a retried call) through the
 task SDK -> gateway -> real vLLM; spans to the receiver, /metrics through the scraper; then the
-cost jobs over the run. Each test is one of the issue's checks.
+cost jobs over the run. Each test is one check of the product against the client's view.
 """
 
 from __future__ import annotations

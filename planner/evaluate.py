@@ -146,6 +146,8 @@ class CandidateResult:
     slo_attainment_min: float | None = None
     prefix_hit_rate: float | None = None
     hourly: list = field(default_factory=list)  # (hour ISO, tasks, unsuccessful, ttft p95 s)
+    compare: dict = field(default_factory=dict)  # planner.backtest.figures, when replayed for the backtest
+    incidents: bool = False  # replayed under the measured incidents (else fault-free)
     sim: dict = field(default_factory=dict)
     wall_seconds: float = 0.0
     error: str = ""
@@ -207,11 +209,13 @@ def read_results(store, start: datetime, end: datetime, slo_target: float) -> di
 
 
 def evaluate(scratch: Scratch, workload, candidate, fleet_base: dict, *, plans=None, seed: int = 0,
-             slo_target: float = 0.95, report=None) -> CandidateResult:
+             slo_target: float = 0.95, report=None, faults=None, compare=None) -> CandidateResult:
     """Replay ``workload`` (or ``plans``, e.g. a resampled week) on ``candidate`` in ``scratch``.
 
-    ``report(units)``: progress callback (simulated tasks, then the jobs' share). Returns a
-    :class:`CandidateResult`; raises the simulator's ValueError or the store's errors.
+    ``report(units)``: progress callback (simulated tasks, then the jobs' share). ``faults``:
+    ``FaultEvent`` list naming the candidate's replicas (None: fault-free). ``compare``: excluded
+    windows ((from, to) UTC) for the backtest's figures (``planner.backtest.figures``; None: not
+    read). Returns a :class:`CandidateResult`; raises the simulator's ValueError or the store's errors.
     """
     from collectors.ingest import BufferedIngest
     from schema import jobs
@@ -227,7 +231,7 @@ def evaluate(scratch: Scratch, workload, candidate, fleet_base: dict, *, plans=N
     start = workload.start.replace(tzinfo=timezone.utc)
     summary = simulate(counted(plans, report), candidate.replicas(), start_time_ns=int(start.timestamp()) * 10**9,
                        retry_policy=workload.client, sink=CostMetricsSink(ingest), seed=seed, metrics_interval_s=60.0,
-                       total=len(plans), **candidate.sim_kwargs())
+                       total=len(plans), faults=list(faults or ()), **candidate.sim_kwargs())
     ingest.flush()
     if ingest.rejected:
         raise RuntimeError(f"the ingest path rejected {ingest.rejected} replayed spans or points: {ingest.messages[:1]}")
@@ -236,6 +240,11 @@ def evaluate(scratch: Scratch, workload, candidate, fleet_base: dict, *, plans=N
     # week: 7.1-8.7 CPU-s in one chunk vs 20 CPU-s in daily chunks, measured).
     jobs.run_jobs(scratch.store, start=workload.start, end=sim_end, chunk=sim_end - workload.start)
     figures = read_results(scratch.store, workload.start, workload.end, slo_target)
+    if compare is not None:
+        from planner.backtest import figures as backtest_figures
+
+        figures["compare"] = backtest_figures(scratch.store, workload.start, workload.end, compare)
+    figures["incidents"] = bool(faults)
     report(max(1, int(len(plans) * JOBS_SHARE)))
     return CandidateResult(
         name=candidate.name, spec=candidate.spec(), origin=candidate.origin, **figures,

@@ -26,7 +26,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from planner.workload import (SHARING_MIN_HIT_RATE, Workload, WorkloadError, hourly_counts, naive_utc,
-                                        plans_from_frames, share_prefixes)
+                              plans_from_frames, share_prefixes, sharing_fraction)
 from serving.plans import RetryPolicy
 
 MIN_GAPS = 5  # backoff estimates need at least this many observed gaps
@@ -174,13 +174,15 @@ def extract_workload(store, start: datetime, end: datetime, slos: dict | None = 
     evidence.update(gw_evidence)
     hit_rate = prefix_hit_rate(review.prefix_cache(store, start, end))
     sharing = hit_rate is not None and hit_rate > SHARING_MIN_HIT_RATE
+    fraction = sharing_fraction(plans, hit_rate) if sharing else 0.0
     evidence["prefix_sharing"] = ("no vllm:prefix_cache_* counters: replayed without sharing" if hit_rate is None
                                   else f"measured hit rate {hit_rate:.1%}: " +
-                                  ("calls of a task share its context" if sharing else "replayed without sharing"))
+                                  (f"calls of a task share the first {fraction:.0%} of its context"
+                                   if sharing else "replayed without sharing"))
     if sharing:
-        plans = share_prefixes(plans)
+        plans = share_prefixes(plans, fraction)
     evidence["slos"] = "from the SLO file" if slos else "the budget most tasks of each type carried"
     return Workload(start=start, end=end, plans=tuple(plans), client=client, gateway_policy=policy,
                     gateway_retries=retries, admission_rejections=rejected, prefix_hit_rate=hit_rate,
-                    prefix_sharing=sharing, hourly=hourly_counts(plans, (end - start).total_seconds()),
+                    prefix_sharing=sharing, sharing_fraction=fraction, hourly=hourly_counts(plans, (end - start).total_seconds()),
                     evidence=evidence, slos=effective)

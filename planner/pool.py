@@ -40,10 +40,11 @@ def _worker(index: int, workload_path: str, scratch_dir: str, fleet_base: dict, 
         job = jobs.get()
         if job is None:
             break
-        key, candidate, plans = job
+        key, candidate, plans, faults, compare = job
         try:
             result = evaluate(scratch, workload, candidate, fleet_base, plans=plans, seed=seed, slo_target=slo_target,
-                              report=lambda n, k=key: results.put(("progress", k, n)))
+                              report=lambda n, k=key: results.put(("progress", k, n)), faults=faults,
+                              compare=compare)
         except Exception as exc:  # noqa: BLE001 - one bad candidate must not stop the search
             result = CandidateResult(candidate.name, candidate.spec(), candidate.origin,
                                      error=f"{type(exc).__name__}: {exc}")
@@ -128,12 +129,15 @@ class Evaluator:
         if self.bar is not None:
             self.bar.update(n)
 
-    def evaluate_many(self, candidates, plans=None) -> list[CandidateResult]:
+    def evaluate_many(self, candidates, plans=None, faults=None, compare=None) -> list[CandidateResult]:
         """Evaluate ``candidates`` (on ``plans``, default the workload's); results in the same order.
 
-        A candidate that fails gets a result with ``error`` set; a worker that dies raises RuntimeError.
+        ``faults``: one ``FaultEvent`` list per candidate (None: all fault-free); ``compare``: the
+        backtest's excluded windows (``evaluate.evaluate``). A candidate that fails gets a result with
+        ``error`` set; a worker that dies raises RuntimeError.
         """
         candidates = list(candidates)
+        faults = list(faults) if faults is not None else [None] * len(candidates)
         units = self.units(plans)
         self.committed += units * len(candidates)
         if self.bar is not None:
@@ -141,11 +145,11 @@ class Evaluator:
             self.bar.refresh()
         if self.workers == 0:
             out = []
-            for c in candidates:
-                out.append(self._one_inprocess(c, plans))
+            for c, f in zip(candidates, faults):
+                out.append(self._one_inprocess(c, plans, f, compare))
             return out
-        for i, c in enumerate(candidates):
-            self._jobs.put((i, c, plans))
+        for i, (c, f) in enumerate(zip(candidates, faults)):
+            self._jobs.put((i, c, plans, f, compare))
         done: dict[int, CandidateResult] = {}
         got: dict[int, int] = {}
         while len(done) < len(candidates):
@@ -167,7 +171,7 @@ class Evaluator:
         self.evaluated += len(candidates)
         return [done[i] for i in range(len(candidates))]
 
-    def _one_inprocess(self, candidate, plans) -> CandidateResult:
+    def _one_inprocess(self, candidate, plans, faults=None, compare=None) -> CandidateResult:
         units = self.units(plans)
         seen = [0]
 
@@ -177,7 +181,7 @@ class Evaluator:
 
         try:
             result = evaluate(self._scratch, self.workload, candidate, self.fleet_base, plans=plans, seed=self.seed,
-                              slo_target=self.slo_target, report=report)
+                              slo_target=self.slo_target, report=report, faults=faults, compare=compare)
         except Exception as exc:  # noqa: BLE001 - as in the workers
             result = CandidateResult(candidate.name, candidate.spec(), candidate.origin,
                                      error=f"{type(exc).__name__}: {exc}")

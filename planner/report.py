@@ -27,22 +27,40 @@ def rel_error(replayed: float | None, measured: float | None) -> float | None:
 
 
 def backtest(measured: dict, replay, tolerance: float) -> dict:
-    """``measured``: {'cpst_usd', 'ttft_p95_s'} of the store; ``replay``: the current fleet's result."""
-    cpst_err = rel_error(replay.cpst_usd, measured.get("cpst_usd"))
-    ttft_err = rel_error(replay.ttft_p95_s, measured.get("ttft_p95_s"))
-    problems = []
+    """``measured``: {'cpst_usd', 'ttft_p95_s'} of the store, and under ``compare`` its
+    ``planner.backtest.figures``; ``replay``: the current fleet's result (its ``compare`` figures, when
+    both sides have them, are judged per task type by ``planner.backtest.compare``, outside the
+    excluded minutes, with the reasons of every miss under ``why``)."""
+    from planner.backtest import compare
+
+    mc, rc = measured.get("compare"), getattr(replay, "compare", None)
+    problems, why, types = [], [], {}
     if replay.error:
         problems.append(f"the replay failed: {replay.error}")
-    for label, err in (("CPST", cpst_err), ("p95 TTFT", ttft_err)):
-        if err is None:
-            problems.append(f"{label}: not measurable on both sides")
-        elif err > tolerance:
-            problems.append(f"{label} off by {err:.1%} (> {tolerance:.0%})")
-    return {"passed": not problems, "tolerance": tolerance, "measured_cpst_usd": measured.get("cpst_usd"),
-            "replayed_cpst_usd": replay.cpst_usd, "cpst_error": cpst_err,
-            "measured_ttft_p95_s": measured.get("ttft_p95_s"), "replayed_ttft_p95_s": replay.ttft_p95_s,
-            "ttft_error": ttft_err, "measured_prefix_hit_rate": measured.get("prefix_hit_rate"),
-            "replayed_prefix_hit_rate": replay.prefix_hit_rate, "problems": problems}
+    if mc and rc:
+        judged = compare(mc, rc, tolerance)
+        m_cpst, r_cpst, m_ttft, r_ttft = mc["cpst_usd"], rc["cpst_usd"], mc["ttft_p95_s"], rc["ttft_p95_s"]
+        problems += judged["problems"]
+        why = judged["why"]
+        types = {t: {"measured_ttft_p95_s": v.get("ttft_p95_s"), "tasks": v.get("tasks"),
+                     "replayed_ttft_p95_s": rc["types"].get(t, {}).get("ttft_p95_s"),
+                     "ttft_error": judged["errors"].get(f"p95 TTFT {t}")} for t, v in sorted(mc["types"].items())}
+        m_hit, r_hit = mc.get("hit_rate"), rc.get("hit_rate")
+    else:
+        m_cpst, r_cpst, m_ttft, r_ttft = (measured.get("cpst_usd"), replay.cpst_usd, measured.get("ttft_p95_s"),
+                                          replay.ttft_p95_s)
+        for label, err in (("CPST", rel_error(r_cpst, m_cpst)), ("p95 TTFT", rel_error(r_ttft, m_ttft))):
+            if err is None:
+                problems.append(f"{label}: not measurable on both sides")
+            elif err > tolerance:
+                problems.append(f"{label} off by {err:.1%} (> {tolerance:.0%})")
+        m_hit, r_hit = measured.get("prefix_hit_rate"), replay.prefix_hit_rate
+    return {"passed": not problems, "tolerance": tolerance, "measured_cpst_usd": m_cpst,
+            "replayed_cpst_usd": r_cpst, "cpst_error": rel_error(r_cpst, m_cpst),
+            "measured_ttft_p95_s": m_ttft, "replayed_ttft_p95_s": r_ttft,
+            "ttft_error": rel_error(r_ttft, m_ttft), "measured_prefix_hit_rate": m_hit,
+            "replayed_prefix_hit_rate": r_hit, "problems": problems, "types": types, "why": why,
+            "incidents": measured.get("incidents", {})}
 
 
 def frontier(results) -> set[str]:
@@ -157,8 +175,18 @@ def render(plan) -> str:
                  f"{_f(bt.get('replayed_cpst_usd'), '${:.4f}')}  error {_f(bt.get('cpst_error'), '{:.1%}')}")
     lines.append(f"  p95 TTFT  measured {_f(bt.get('measured_ttft_p95_s'), '{:.3f} s')}  replayed "
                  f"{_f(bt.get('replayed_ttft_p95_s'), '{:.3f} s')}  error {_f(bt.get('ttft_error'), '{:.1%}')}")
+    for t, v in (bt.get("types") or {}).items():
+        lines.append(f"  p95 TTFT  {t:<14} measured {_f(v.get('measured_ttft_p95_s'), '{:.3f} s')}  replayed "
+                     f"{_f(v.get('replayed_ttft_p95_s'), '{:.3f} s')}  error {_f(v.get('ttft_error'), '{:.1%}')}")
     lines.append(f"  prefix-cache hit rate measured {_f(bt.get('measured_prefix_hit_rate'), '{:.1%}')}  replayed "
                  f"{_f(bt.get('replayed_prefix_hit_rate'), '{:.1%}')}")
+    incidents = bt.get("incidents") or {}
+    for line in incidents.get("replayed", []):
+        lines.append(f"  incident replayed: {line}")
+    for line in incidents.get("excluded", []):
+        lines.append(f"  excluded from the comparison: {line}")
+    if incidents and not incidents.get("replayed") and not incidents.get("excluded"):
+        lines.append("  incidents: none in the alert history or the replica minutes")
     lines.append(f"  => {'PASSED' if bt.get('passed') else 'FAILED: ' + '; '.join(bt.get('problems', []))} "
                  f"(tolerance {bt.get('tolerance', 0):.0%})")
     for d in plan.diagnosis:
@@ -188,6 +216,13 @@ def render(plan) -> str:
         lines.append("")
         lines += _waste_table(plan.results) + [""] + _type_table(plan) + [""]
     lines.append(f"Recommendation: {plan.message}")
+    if plan.incidents:
+        lines.append("")
+        lines.append("Under the measured incidents (replayed again; candidates above are compared fault-free):")
+        for name, v in plan.incidents.items():
+            lines.append(f"  {name[:28]:<28} CPST {_f(v.get('cpst_usd'))}  p95 TTFT {_f(v.get('ttft_p95_s'), '{:.2f} s')}"
+                         f"  SLO min {_f(v.get('slo_attainment_min'), '{:.1%}')}  "
+                         f"{'meets every SLO' if v.get('meets_slo') else 'misses: ' + v.get('worst', '')}")
     if plan.levers:
         lines.append("")
         lines.append("Levers (each a planner candidate changing one move):")

@@ -34,7 +34,8 @@ def save(store, run) -> None:
         bt.get("measured_ttft_p95_s"), bt.get("replayed_ttft_p95_s"), float(bt.get("tolerance") or 0.0), run.current,
         run.recommended or "", run.saving_ratio, run.saving_usd, len(run.results), float(run.wall_seconds),
         run.message, _json({**run.assumptions, "diagnosis": run.diagnosis, "stopped": run.stopped,
-                            "melange": run.melange}),
+                            "melange": run.melange, "backtest_types": bt.get("types", {}),
+                            "incidents": bt.get("incidents", {}), "under_incidents": run.incidents}),
         _json(run.workload), _json(run.levers)]], RUN_COLUMNS, tag="planner.save.run")
     rows, types = [], []
     for r in run.results:

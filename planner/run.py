@@ -24,6 +24,7 @@ from planner import report
 from planner.candidates import Candidate, current_candidate
 from planner.config import PlanConfig, fleet_base
 from planner.extract import extract_workload
+from planner.incidents import extract_incidents
 from planner.pool import Evaluator
 from planner.search import SearchState, lever_candidates, run_rounds
 from planner.workload import naive_utc
@@ -53,10 +54,13 @@ class PlanResult:
     stopped: str = ""
     wall_seconds: float = 0.0
     melange: dict = field(default_factory=dict)
+    incidents: dict = field(default_factory=dict)  # candidate -> its figures under the measured incidents
 
 
-def measured_figures(store, start: datetime, end: datetime) -> dict:
-    """The measured CPST, p95 TTFT and prefix-cache hit rate of the period (the backtest's target)."""
+def measured_figures(store, start: datetime, end: datetime, excluded=()) -> dict:
+    """The measured CPST, p95 TTFT and prefix-cache hit rate of the period (the backtest's target), and
+    under ``compare`` the backtest's figures outside ``excluded`` (``planner.backtest.figures``)."""
+    from planner.backtest import figures
     from planner.extract import prefix_hit_rate
     from schema.queries import cost, review
     from schema.queries import planner as pq
@@ -70,7 +74,8 @@ def measured_figures(store, start: datetime, end: datetime) -> dict:
     cpst = row["cpst_usd"]
     return {"cpst_usd": None if cpst != cpst or cpst is None else float(cpst),
             "ttft_p95_s": None if ttft != ttft else ttft, "hourly": hourly,
-            "prefix_hit_rate": prefix_hit_rate(review.prefix_cache(store, start, end))}
+            "prefix_hit_rate": prefix_hit_rate(review.prefix_cache(store, start, end)),
+            "compare": figures(store, start, end, excluded)}
 
 
 def diagnose(measured_hourly, replay_hourly, top: int = 3) -> list[str]:
@@ -101,7 +106,9 @@ def assumptions(workload, current: Candidate, evidence: dict, config: PlanConfig
     out.update({f"client/gateway {k}": v for k, v in workload.evidence.items()})
     out["SLOs"] = ", ".join(f"{t}: TTFT {a or '-'} ms, e2e {b or '-'} ms" for t, (a, b) in sorted(slos.items()))
     out["SLO target"] = f"{config.slo_target:.0%} of each type's tasks succeed within every budget"
-    out["faults"] = "none replayed: candidates are compared fault-free"
+    out["faults"] = ("the backtest replays the current fleet under the incidents the store knows (alert history, "
+                     "replica minutes); candidates are compared fault-free, the recommendation and the frontier "
+                     "also under those incidents")
     out["prices"] = "the store's gpu_prices (as the measured period was priced) + the candidates file's"
     return out
 
@@ -128,7 +135,9 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     model = next(iter({p.model for p in workload.plans}), "")
     user = config.user_candidates(model)
     base = fleet_base(store, config, workload.slos)
-    measured = measured_figures(store, start, end)
+    incidents = extract_incidents(store, start, end, list(current.replica_ids or ()))
+    measured = measured_figures(store, start, end, incidents.windows)
+    measured["incidents"] = incidents.summary()
     run = PlanResult(run_id=uuid.uuid4().hex[:12], start=start, end=end, workload=workload.summary(),
                      current=current.name, backtest={},
                      assumptions=assumptions(workload, current, evidence, config, workload.slos))
@@ -144,12 +153,16 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     with Evaluator(workload, base, workers=workers, slo_target=config.slo_target, seed=seed, progress=progress,
                    scratch_dir=scratch_dir, inprocess_url=inprocess_url) as evaluator:
         evaluator.expect(expected)  # the bar's ETA covers the whole run (the search's bound)
-        replay = evaluator.evaluate_many([current])[0]
+        if incidents.faults:  # what happened (the backtest) and the same fleet on a quiet day (the baseline)
+            happened, replay = evaluator.evaluate_many([current, current], faults=[incidents.faults, None],
+                                                       compare=incidents.windows)
+        else:
+            happened = replay = evaluator.evaluate_many([current], compare=incidents.windows)[0]
         state.results.append(replay)
         state.keys.add(current.key())
-        run.backtest = report.backtest(measured, replay, config.tolerance)
+        run.backtest = report.backtest(measured, happened, config.tolerance)
         if not run.backtest["passed"]:
-            run.diagnosis = diagnose(measured["hourly"], replay.hourly)
+            run.diagnosis = run.backtest["why"] or diagnose(measured["hourly"], happened.hourly)
             run.results = [replay]
             run.status = "backtest_failed"
             run.message = ("none: the backtest failed, so the replay cannot be trusted to predict "
@@ -171,11 +184,47 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
         run_rounds(evaluator, state, first, gpu_types=gpu_types, seqs_levels=s.max_num_seqs, policies=s.policies,
                    max_replicas=s.max_replicas, budget_s=s.budget_s,
                    max_candidates=s.max_candidates, search=do_search)
-    run.stopped = state.stopped
-    run.results = state.results
-    _conclude(run, replay, levers, config)
+        run.stopped = state.stopped
+        run.results = state.results
+        _conclude(run, replay, levers, config)
+        if incidents.faults:
+            _under_incidents(run, evaluator, state, current, happened, incidents)
     run.wall_seconds = time.monotonic() - began
     return run
+
+
+UNDER_INCIDENTS = 3  # candidates replayed again under the measured incidents: the recommendation, then the frontier
+
+
+def _under_incidents(run: PlanResult, evaluator, state, current: Candidate, happened, incidents) -> None:
+    """Replay the recommendation and the cheapest frontier candidates meeting every SLO under the measured
+    incidents (moved onto their replicas, ``incidents.for_candidate``), and say whether each meets its
+    SLOs only on a quiet day."""
+    from planner.incidents import for_candidate
+
+    ids = list(current.replica_ids or ())
+    types = {r.id: r.gpu_type for r in current.replicas()}
+    ok = sorted((r for r in run.results if not r.error and r.meets_slo and r.name != current.name
+                 and (r.name == run.recommended or r.name in run.frontier)),
+                key=lambda r: (r.name != run.recommended, r.cpst_usd))[:UNDER_INCIDENTS]
+    picked = [state.candidates[r.name] for r in ok if r.name in state.candidates]
+    results = evaluator.evaluate_many(picked, faults=[for_candidate(incidents.faults, ids, types, c) for c in picked])
+    run.incidents = {happened.name: _stress(happened)}
+    run.incidents.update({r.name: _stress(r) for r in results})
+    rec = run.incidents.get(run.recommended)
+    if run.status == "recommended" and rec is not None:
+        run.message += ("; also under the measured incidents" if rec["meets_slo"] else
+                        f"; on a quiet day only: under the measured incidents {rec['worst']}")
+
+
+def _stress(result) -> dict:
+    worst = min(((t, v.get("slo_attainment") or 0.0) for t, v in result.per_type.items()
+                 if v.get("slo_ttft_ms") is not None or v.get("slo_e2e_ms") is not None),
+                key=lambda x: x[1], default=(None, None))
+    return {"meets_slo": bool(result.meets_slo) and not result.error, "cpst_usd": result.cpst_usd,
+            "ttft_p95_s": result.ttft_p95_s, "slo_attainment_min": result.slo_attainment_min,
+            "worst": (f"{worst[0]} meets its SLOs for {worst[1]:.1%} of its tasks" if worst[0] else "no SLO"),
+            "error": result.error}
 
 
 def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None:

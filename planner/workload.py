@@ -14,8 +14,11 @@ Position: planner (wiring: reads the store through ``schema.queries.planner``, p
 * **prefix sharing**: the engine spans carry no per-call cache hits (vLLM 0.32), so the planner
   measures the fleet's prefix-cache hit rate from ``vllm:prefix_cache_hits / queries`` and, when
   there was sharing (> 0.5 %), replays it the way agent frameworks produce it: the calls of one
-  multi-call task share the task's context as a prefix (512-token blocks, as
-  ``serving.workloads.builder``). The backtest reports measured vs replayed hit rate.
+  multi-call task share the first part of the task's context as a prefix (512-token blocks, as
+  ``serving.workloads.builder``), that part sized so the replay's hit rate is about the measured
+  one (:func:`sharing_fraction`; sharing the whole context replayed a 5 % fleet as 54 %, and the
+  prefill it saved made the replay's queues shorter than the measured ones). The backtest reports
+  measured vs replayed hit rate.
 
 Client and gateway behaviour are inferred in ``behaviour.py``.
 """
@@ -60,6 +63,7 @@ class Workload:
     admission_rejections: int = 0
     prefix_hit_rate: float | None = None
     prefix_sharing: bool = False
+    sharing_fraction: float = 1.0  # share of a task's context its calls share (calibrated to the hit rate)
     hourly: tuple[int, ...] = ()
     evidence: dict = field(default_factory=dict)
     slos: dict = field(default_factory=dict)  # task type -> (ttft_ms, e2e_ms) the replay carries
@@ -89,6 +93,7 @@ class Workload:
             "gateway": {"policy": self.gateway_policy, "retries": self.gateway_retries,
                         "admission_rejections": self.admission_rejections},
             "prefix_hit_rate": self.prefix_hit_rate, "prefix_sharing": self.prefix_sharing,
+            "sharing_fraction": self.sharing_fraction,
             "slos": {k: list(v) for k, v in sorted(self.slos.items())},
             "evidence": self.evidence,
         }
@@ -141,19 +146,43 @@ def build_steps(task_type: str, steps_rows: list, units: list, median_output: di
     return tuple(out)
 
 
-def share_prefixes(plans: list[TaskPlan]) -> list[TaskPlan]:
-    """Give the calls of each multi-call task the task's context as a shared prefix (module doc)."""
+def share_prefixes(plans: list[TaskPlan], fraction: float = 1.0) -> list[TaskPlan]:
+    """Give the calls of each multi-call task the first ``fraction`` of the task's context as a shared
+    prefix (module doc)."""
     out = []
     for k, p in enumerate(plans):
         if p.n_calls < 2:
             out.append(p)
             continue
         base = TASK_BLOCK_BASE + k * 4096
-        steps = tuple(StepPlan(s.name, tuple(replace(c, prefix_blocks=tuple(range(base, base + c.prompt_tokens
-                                                                              // BLOCK_TOKENS)))
-                                              for c in s.calls)) for s in p.steps)
+        steps = tuple(StepPlan(s.name, tuple(replace(c, prefix_blocks=tuple(range(
+            base, base + int(c.prompt_tokens * fraction) // BLOCK_TOKENS))) for c in s.calls)) for s in p.steps)
         out.append(replace(p, steps=steps))
     return out
+
+
+def sharing_potential(plans) -> float:
+    """The prefix-cache hit rate (0..1) full sharing of each task's context would give if every call
+    after a task's first found the blocks its earlier calls left (same replica, nothing evicted): an
+    upper bound, linear in the shared fraction."""
+    hits = total = 0
+    for p in plans:
+        seen = 0
+        for s in p.steps:
+            for c in s.calls:
+                blocks = c.prompt_tokens // BLOCK_TOKENS
+                hits += min(blocks, seen) * BLOCK_TOKENS
+                total += c.prompt_tokens
+            seen = max([seen] + [c.prompt_tokens // BLOCK_TOKENS for c in s.calls])
+    return hits / total if total else 0.0
+
+
+def sharing_fraction(plans, measured_hit_rate: float) -> float:
+    """The share of each task's context to replay as a shared prefix so the replay's hit rate is about
+    the measured one: measured / :func:`sharing_potential` (at most 1). Evictions and calls routed to
+    another replica make the replayed rate somewhat lower; the backtest prints both."""
+    potential = sharing_potential(plans)
+    return min(1.0, measured_hit_rate / potential) if potential > 0 else 0.0
 
 
 def plans_from_frames(tasks, steps, units, start: datetime, slos: dict) -> list[TaskPlan]:
@@ -179,10 +208,15 @@ def plans_from_frames(tasks, steps, units, start: datetime, slos: dict) -> list[
             continue  # a task with no call at all (e.g. rejected before any attempt reached a model)
         built = build_steps(row.task_type, steps_rows, task_units, median_output)
         ttft, e2e = slos.get(row.task_type, (num(row.slo_ttft_ms), num(row.slo_e2e_ms)))
+        # A task that failed although every call it made succeeded was failed by its client (a rejected
+        # result, a failed check): the replay fails it after the same last step. Failures with a failed
+        # call are left to the replay, which may or may not reproduce them on another fleet.
+        rejected = (row.outcome == "failure" and bool(steps_rows)
+                    and all(len(r["ok"]) >= int(r["calls"]) for r in steps_rows))
         plans.append(TaskPlan(task_id=row.task_id, task_type=row.task_type, tenant=row.tenant_id or "",
                               arrival_s=max(0.0, _seconds(row.start_time, start)), steps=built,
                               priority=row.tenant_priority or "interactive", model=row.model or "",
-                              slo_ttft_ms=ttft, slo_e2e_ms=e2e))
+                              slo_ttft_ms=ttft, slo_e2e_ms=e2e, fail_at_step=len(built) - 1 if rejected else None))
     plans.sort(key=lambda p: (p.arrival_s, p.task_id))
     return plans
 
@@ -214,7 +248,9 @@ def resample(workload: Workload, seed: int) -> list[TaskPlan]:
             src = rng.choice(pool)
             out.append(replace(src, task_id=f"{src.task_id}~{seed}-{h}-{i}", arrival_s=h * HOUR + rng.random() * HOUR))
     out.sort(key=lambda p: (p.arrival_s, p.task_id))
-    return share_prefixes([_unshared(p) for p in out]) if workload.prefix_sharing else out
+    if not workload.prefix_sharing:
+        return out
+    return share_prefixes([_unshared(p) for p in out], workload.sharing_fraction)
 
 
 def _unshared(p: TaskPlan) -> TaskPlan:

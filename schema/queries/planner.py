@@ -53,6 +53,12 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                                "ttft_p95_s", "e2e_p95_s", "slo_ttft_ms", "slo_e2e_ms", "meets_slo"),
     "planner_run_for_period": ("run_id",),
     "planner_hourly_latency": ("hour", "tasks", "unsuccessful_tasks", "ttft_p95_s"),
+    "planner_backtest_tasks": ("hour", "task_type", "tasks", "successful_tasks", "ttft_p95_s", "calls", "attempts",
+                               "prompt_tokens", "output_tokens"),
+    "planner_backtest_replicas": ("hour", "spend_usd", "hit_rate", "running_avg", "waiting_avg"),
+    "planner_incident_alerts": ("alert_id", "rule", "replica", "began", "resolved", "last_summary"),
+    "planner_replica_speed": ("minute", "replica", "up", "running_avg", "queue_waiting_avg", "generation_tokens",
+                              "itl_p50_s"),
     "planner_gpu_prices": ("gpu_type", "valid_from", "usd_per_gpu_hour"),
     "planner_cost_settings": ("w_prefill", "w_decode", "abandon_timeout_s", "default_gpu_type", "default_gpu_count",
                               "job_window_s", "max_call_s", "task_lookback_s"),
@@ -130,6 +136,39 @@ def hourly_latency(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per hour (``hour``, UTC) of the tasks that ended in it: ``tasks``, ``unsuccessful_tasks``,
     ``ttft_p95_s`` (seconds, successful tasks)."""
     return _period("planner_hourly_latency", store, start, end)
+
+
+def _windows(excluded) -> dict:
+    pairs = [(queries.naive_utc(a), queries.naive_utc(b)) for a, b in (excluded or ())]
+    return {"ex_from": [a for a, _ in pairs], "ex_to": [b for _, b in pairs]}
+
+
+def backtest_tasks(store, start: datetime, end: datetime, excluded=()) -> pd.DataFrame:
+    """The tasks that ended in the period outside ``excluded`` (``(from, to)`` UTC pairs), per hour
+    and type, per hour (``task_type`` ''), per type and overall (``hour`` 1970-01-01): ``tasks``,
+    ``successful_tasks``, ``ttft_p95_s`` (seconds), ``calls``, ``attempts``, ``prompt_tokens``,
+    ``output_tokens``."""
+    start, end = queries.naive_utc(start), queries.naive_utc(end)
+    return _run(store, "planner_backtest_tasks", start=start, end=end, **_windows(excluded))
+
+
+def backtest_replicas(store, start: datetime, end: datetime, excluded=()) -> pd.DataFrame:
+    """The fleet per hour and overall (``hour`` 1970-01-01) outside ``excluded``: ``spend_usd``,
+    ``hit_rate`` (0..1, engine counters), ``running_avg`` and ``waiting_avg`` (requests, up minutes)."""
+    start, end = queries.naive_utc(start), queries.naive_utc(end)
+    return _run(store, "planner_backtest_replicas", start=start, end=end, **_windows(excluded))
+
+
+def incident_alerts(store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Replica alerts that fired and overlap the period: ``alert_id``, ``rule``, ``replica``,
+    ``began``, ``resolved`` (NaT: still firing), ``last_summary``."""
+    return _period("planner_incident_alerts", store, start, end)
+
+
+def replica_speed(store, start: datetime, end: datetime) -> pd.DataFrame:
+    """Per fleet replica and minute: ``minute``, ``replica``, ``up`` (0/1), ``running_avg``,
+    ``queue_waiting_avg`` (requests), ``generation_tokens``, ``itl_p50_s`` (seconds, NaN: no call ended)."""
+    return _period("planner_replica_speed", store, start, end)
 
 
 # --- stored results (migration 1008) -------------------------------------------------------------

@@ -218,7 +218,32 @@ def plans_from_frames(tasks, steps, units, start: datetime, slos: dict) -> list[
                               priority=row.tenant_priority or "interactive", model=row.model or "",
                               slo_ttft_ms=ttft, slo_e2e_ms=e2e, fail_at_step=len(built) - 1 if rejected else None))
     plans.sort(key=lambda p: (p.arrival_s, p.task_id))
-    return plans
+    return impute_tails(plans, {row.task_id: row.outcome for row in tasks.itertuples(index=False)})
+
+
+def impute_tails(plans: list[TaskPlan], outcomes: dict[str, str]) -> list[TaskPlan]:
+    """Give each task that failed on a failed call (a timeout, a lost stream: not its client's own
+    rejection) the steps it never reached, from the nearest-arriving successful task of its type that
+    had more steps: its steps beyond the failed task's last one. A replay that fails the task at the
+    same step never runs them (the client gives up); one that does not runs the work the task would
+    have done instead of ending it early as a short success. Without them a replay of a day with a
+    cascade lost ~700 of its ~21,500 calls, all in its busiest hours, and its queues stayed shorter."""
+    donors = defaultdict(list)
+    for p in plans:
+        if outcomes.get(p.task_id) == "success":
+            donors[p.task_type].append(p)
+    out = []
+    for p in plans:
+        if outcomes.get(p.task_id) not in ("failure", "abandoned") or p.fail_at_step is not None:
+            out.append(p)
+            continue
+        longer = [d for d in donors.get(p.task_type, ()) if len(d.steps) > len(p.steps)]
+        if not longer:
+            out.append(p)
+            continue
+        donor = min(longer, key=lambda d: (abs(d.arrival_s - p.arrival_s), d.task_id))
+        out.append(replace(p, steps=p.steps + donor.steps[len(p.steps):]))
+    return out
 
 
 def hourly_counts(plans, seconds: float) -> tuple[int, ...]:

@@ -1,0 +1,167 @@
+"""The planner's backtest: incidents read from the alert history and the replica minutes, replayed on
+the current fleet; the per-type comparison and its reasons; the workload's prefix sharing and the
+steps a failed task never reached. Small hand-made frames first, then the demo's own 24 hours
+(``infercost demo --backfill-days 1``, its backfill at a fixed hour so the day is the same every run).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pandas as pd
+import pytest
+
+from planner.backtest import compare
+from planner.incidents import for_candidate, infer_incidents
+from planner.workload import impute_tails, sharing_fraction, sharing_potential
+from serving.emulator.faults import FaultEvent
+from serving.plans import CallPlan, StepPlan, TaskPlan
+
+T0 = datetime(2026, 11, 2, 10, 0)
+NO_ALERTS = pd.DataFrame(columns=["alert_id", "rule", "replica", "began", "resolved", "last_summary"])
+
+
+def _minutes(replica, n, *, itl=0.05, tokens=3000.0, running=4.0, up=1, slow=(), slow_itl=0.30, down=()):
+    rows = []
+    for i in range(n):
+        minute = T0 + timedelta(minutes=i)
+        is_slow = i in slow
+        rows.append({"minute": minute, "replica": replica, "up": 0 if i in down else up, "running_avg": running,
+                     "queue_waiting_avg": 0.0, "generation_tokens": tokens / 6 if is_slow else tokens,
+                     "itl_p50_s": (slow_itl if i % 2 == 0 else None) if is_slow else itl})
+    return pd.DataFrame(rows)
+
+
+def test_a_slowed_replica_named_by_an_alert_is_replayed_as_a_slowdown_over_its_slow_minutes():
+    # 120 minutes; minutes 60..79 slow: ITL 0.30 s against its usual 0.05 s (6x) where a call ended,
+    # 500 tokens per 4 running (1/6 of usual) where none did.
+    speed = pd.concat([_minutes("r1", 120, slow=range(60, 80)), _minutes("r0", 120)])
+    alerts = pd.DataFrame([{"alert_id": "a", "rule": "cascading_degradation", "replica": "r1",
+                            "began": T0 + timedelta(minutes=63), "resolved": T0 + timedelta(minutes=85),
+                            "last_summary": ""},
+                           {"alert_id": "b", "rule": "saturation", "replica": "r0",
+                            "began": T0 + timedelta(minutes=50), "resolved": T0 + timedelta(minutes=90),
+                            "last_summary": ""}])
+    inc = infer_incidents(alerts, speed, T0, T0 + timedelta(hours=2), ["r0", "r1"])
+    assert inc.faults == [FaultEvent(3600.0, "r1", "slowdown", 6.0, 4800.0)]
+    assert inc.excluded == []  # saturation is load, which the workload replays
+    assert "r1 slowed 6.00x 2026-11-02 11:00 .. 11:20 UTC (20 slow minute(s)" in inc.described[0]
+
+
+def test_a_replica_down_between_up_minutes_is_a_crash_and_an_unmodelled_alert_is_excluded():
+    speed = pd.concat([_minutes("r0", 60, down=range(10, 15)), _minutes("r1", 60)])
+    alerts = pd.DataFrame([{"alert_id": "t", "rule": "telemetry_health", "replica": "r1",
+                            "began": T0 + timedelta(minutes=30, seconds=20), "resolved": T0 + timedelta(minutes=41),
+                            "last_summary": ""}])
+    inc = infer_incidents(alerts, speed, T0, T0 + timedelta(hours=1), ["r0", "r1"])
+    assert inc.faults == [FaultEvent(600.0, "r0", "crash", None, 900.0)]
+    # the alert's minutes, whole minutes from its start to its resolution, leave the comparison
+    assert inc.excluded == [(T0 + timedelta(minutes=30), T0 + timedelta(minutes=41),
+                             "telemetry_health on r1: the emulator cannot model it")]
+    assert inc.windows == [(T0 + timedelta(minutes=30), T0 + timedelta(minutes=41))]
+
+
+def test_a_candidate_gets_the_incident_on_its_replica_of_the_same_gpu_type():
+    from planner.candidates import Candidate, Pool
+
+    cand = Candidate("c", (Pool("H100", 1, "h100-llama-3.1-8b"), Pool("A100", 1, "a100-llama-3.1-8b")))
+    faults = [FaultEvent(10.0, "replica-2", "slowdown", 6.0, 20.0)]
+    moved = for_candidate(faults, ["replica-0", "replica-1", "replica-2"],
+                          {"replica-0": "H100", "replica-1": "A100", "replica-2": "A100"}, cand)
+    assert moved == [FaultEvent(10.0, "a100-0", "slowdown", 6.0, 20.0)]  # its only A100 (the 2nd is not there)
+
+
+def _task(tid, arrival, steps, task_type="copilot"):
+    return TaskPlan(tid, task_type, "t", arrival, tuple(StepPlan(f"s{i}", tuple(CallPlan(p, 10) for p in calls))
+                                                   for i, calls in enumerate(steps)))
+
+
+def test_prefix_sharing_is_sized_to_the_measured_hit_rate():
+    # one task: step 1 one call of 2048 tokens (4 blocks), step 2 two calls of 1024 (2 blocks each):
+    # full sharing hits 2 + 2 blocks = 2048 of 4096 prompt tokens = 50 %; a single-call task adds
+    # 4096 tokens and no hit: 2048 / 8192 = 25 %
+    plans = [_task("a", 0.0, [[2048], [1024, 1024]]), _task("b", 1.0, [[4096]], "chat")]
+    assert sharing_potential(plans) == 0.25
+    assert sharing_fraction(plans, 0.05) == pytest.approx(0.2)
+    assert sharing_fraction(plans, 0.60) == 1.0
+
+
+def test_a_task_failed_on_a_failed_call_gets_the_steps_it_never_reached():
+    ok_near = _task("ok-near", 100.0, [[1], [2], [3], [4]])
+    ok_far = _task("ok-far", 900.0, [[5], [6], [7], [8], [9]])
+    failed = _task("failed", 120.0, [[1], [2]])
+    rejected = TaskPlan("rejected", "copilot", "t", 130.0, failed.steps, fail_at_step=1)
+    out = {p.task_id: p for p in impute_tails([ok_near, failed, rejected, ok_far],
+                                               {"ok-near": "success", "ok-far": "success", "failed": "failure",
+                                                "rejected": "failure"})}
+    assert [s.calls[0].prompt_tokens for s in out["failed"].steps] == [1, 2, 3, 4]  # the nearest donor's tail
+    assert out["rejected"] == rejected  # its client failed it after its last step: nothing to add
+    assert out["ok-far"] == ok_far
+
+
+def _figures(cpst, ttft, types, hours):
+    return {"cpst_usd": cpst, "ttft_p95_s": ttft, "hit_rate": 0.05,
+            "types": {t: {"ttft_p95_s": v, "tasks": 10} for t, v in types.items()}, "hours": hours}
+
+
+def test_a_missed_backtest_says_which_figure_type_hours_and_what_differs():
+    def hour(tasks, ttft, prompt, attempts, hit, running):
+        row = {"tasks": tasks, "successful_tasks": tasks, "ttft_p95_s": ttft, "calls": 100, "attempts": attempts,
+               "prompt_tokens": prompt * 100, "output_tokens": 30000}
+        return {"all": row, "types": {"chat": row}, "fleet": {"spend_usd": 10.0, "hit_rate": hit,
+                                                              "running_avg": running, "waiting_avg": 0.0}}
+
+    measured = _figures(0.20, 2.0, {"chat": 2.0}, {"2026-11-02T10:00:00": hour(50, 1.0, 1000, 100, 0.05, 2.0),
+                                                   "2026-11-02T11:00:00": hour(50, 3.0, 1000, 110, 0.05, 3.0)})
+    replay = _figures(0.21, 1.5, {"chat": 1.5}, {"2026-11-02T10:00:00": hour(50, 1.0, 1000, 100, 0.05, 2.0),
+                                                 "2026-11-02T11:00:00": hour(50, 2.0, 1000, 100, 0.30, 2.0)})
+    out = compare(measured, replay, 0.10)
+    assert out["errors"]["CPST"] == pytest.approx(0.05)
+    assert out["problems"] == ["p95 TTFT off by 25.0% (> 10%)", "p95 TTFT chat off by 25.0% (> 10%)"]
+    assert out["why"][2] == "p95 TTFT chat: measured 2.00 s, replayed 1.50 s; the hours that contribute most:"
+    assert out["why"][3] == ("  2026-11-02T11h chat: p95 TTFT 3.00 s measured vs 2.00 s replayed; "
+                             "retries: 10.0% of calls retried measured vs 0.0% replayed; cache hit rate: 5.0% "
+                             "measured vs 30.0% replayed; batch size: 3.00 requests measured vs 2.00 replayed")
+    assert len(out["why"]) == 4 and out["why"][1].startswith("  2026-11-02T11h all types:")  # the quiet hour matches
+
+
+# --- the demo's own day -------------------------------------------------------------------------
+
+NOW = datetime(2026, 12, 6, 6, 10, tzinfo=timezone.utc)  # a Sunday morning: Saturday's curve, the incident at 05:30
+
+
+@pytest.fixture(scope="module")
+def demo_day(tmp_path_factory):
+    """The demo's 1-day backfill (its fleet, its trace, its incident and alert replay) in a store."""
+    from conftest import drop_store, new_store
+    from infercost import demo
+    from schema.fleet import load_fleet, sync_fleet
+
+    store = new_store()
+    fleet_file = demo.demo_fleet_file(tmp_path_factory.mktemp("demo_day"), NOW)
+    sync_fleet(store, load_fleet(fleet_file))
+    demo.backfill_history(store, demo.DemoOptions(backfill_days=1), NOW, echo=lambda *a: None)
+    yield store
+    drop_store(store)
+
+
+@pytest.mark.slow
+def test_the_demo_day_backtests_within_10_percent_per_task_type_and_concludes(demo_day):
+    from planner.config import PlanConfig
+    from planner.run import plan
+
+    end = NOW.replace(tzinfo=None)
+    config = PlanConfig()
+    config.search.max_candidates = 6
+    run = plan(demo_day, end - timedelta(hours=24), end, config, workers=0, progress=False, echo=lambda m: None,
+               search=False)
+    bt = run.backtest
+    # the backfilled fault: replica-2 6x slower from 40 to 20 min before the demo's start
+    replayed = bt["incidents"]["replayed"]
+    assert len(replayed) == 1 and replayed[0].startswith("replica-2 slowed"), replayed
+    assert bt["incidents"]["excluded"] == []
+    assert bt["cpst_error"] <= 0.10, bt
+    assert set(bt["types"]) == {"chat", "copilot", "research_agent"}
+    assert all(v["ttft_error"] <= 0.10 for v in bt["types"].values()), bt["types"]
+    assert bt["passed"], bt["problems"]
+    assert run.status in ("recommended", "no_saving"), run.message

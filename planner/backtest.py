@@ -77,6 +77,28 @@ def figures(store, start: datetime, end: datetime, excluded=()) -> dict:
             "types": types, "hours": hours}
 
 
+def median_figures(runs: list[dict]) -> dict:
+    """One set of :func:`figures` from replays of the same fleet with other seeds: the median of every
+    headline figure (a saturated hour's tail is chaotic: one replay's p95 moves by ~10 % with the seed),
+    the hours of the replay whose overall p95 TTFT is the median one."""
+    import statistics
+
+    runs = [r for r in runs if r]
+    if len(runs) == 1:
+        return runs[0]
+
+    def med(values):
+        values = [v for v in values if v is not None]
+        return statistics.median_low(values) if values else None
+
+    middle = sorted(runs, key=lambda r: r.get("ttft_p95_s") or 0.0)[(len(runs) - 1) // 2]
+    types = {t: {**middle["types"].get(t, {}), "ttft_p95_s": med(r["types"].get(t, {}).get("ttft_p95_s")
+                                                                   for r in runs)}
+             for t in {t for r in runs for t in r["types"]}}
+    return {**middle, "cpst_usd": med(r["cpst_usd"] for r in runs), "ttft_p95_s": med(r["ttft_p95_s"] for r in runs),
+            "hit_rate": med(r["hit_rate"] for r in runs), "types": types, "seeds": len(runs)}
+
+
 def _rel(replayed, measured):
     if replayed is None or measured is None or measured == 0:
         return None

@@ -40,9 +40,10 @@ def _worker(index: int, workload_path: str, scratch_dir: str, fleet_base: dict, 
         job = jobs.get()
         if job is None:
             break
-        key, candidate, plans, faults, compare = job
+        key, candidate, plans, faults, compare, job_seed = job
         try:
-            result = evaluate(scratch, workload, candidate, fleet_base, plans=plans, seed=seed, slo_target=slo_target,
+            result = evaluate(scratch, workload, candidate, fleet_base, plans=plans,
+                              seed=seed if job_seed is None else job_seed, slo_target=slo_target,
                               report=lambda n, k=key: results.put(("progress", k, n)), faults=faults,
                               compare=compare)
         except Exception as exc:  # noqa: BLE001 - one bad candidate must not stop the search
@@ -129,15 +130,17 @@ class Evaluator:
         if self.bar is not None:
             self.bar.update(n)
 
-    def evaluate_many(self, candidates, plans=None, faults=None, compare=None) -> list[CandidateResult]:
+    def evaluate_many(self, candidates, plans=None, faults=None, compare=None, seeds=None) -> list[CandidateResult]:
         """Evaluate ``candidates`` (on ``plans``, default the workload's); results in the same order.
 
         ``faults``: one ``FaultEvent`` list per candidate (None: all fault-free); ``compare``: the
-        backtest's excluded windows (``evaluate.evaluate``). A candidate that fails gets a result with
+        backtest's excluded windows (``evaluate.evaluate``); ``seeds``: one replay seed per candidate
+        (None: the evaluator's). A candidate that fails gets a result with
         ``error`` set; a worker that dies raises RuntimeError.
         """
         candidates = list(candidates)
         faults = list(faults) if faults is not None else [None] * len(candidates)
+        seeds = list(seeds) if seeds is not None else [None] * len(candidates)
         units = self.units(plans)
         self.committed += units * len(candidates)
         if self.bar is not None:
@@ -145,11 +148,11 @@ class Evaluator:
             self.bar.refresh()
         if self.workers == 0:
             out = []
-            for c, f in zip(candidates, faults):
-                out.append(self._one_inprocess(c, plans, f, compare))
+            for c, f, sd in zip(candidates, faults, seeds):
+                out.append(self._one_inprocess(c, plans, f, compare, sd))
             return out
-        for i, (c, f) in enumerate(zip(candidates, faults)):
-            self._jobs.put((i, c, plans, f, compare))
+        for i, (c, f, sd) in enumerate(zip(candidates, faults, seeds)):
+            self._jobs.put((i, c, plans, f, compare, sd))
         done: dict[int, CandidateResult] = {}
         got: dict[int, int] = {}
         while len(done) < len(candidates):
@@ -171,7 +174,7 @@ class Evaluator:
         self.evaluated += len(candidates)
         return [done[i] for i in range(len(candidates))]
 
-    def _one_inprocess(self, candidate, plans, faults=None, compare=None) -> CandidateResult:
+    def _one_inprocess(self, candidate, plans, faults=None, compare=None, seed=None) -> CandidateResult:
         units = self.units(plans)
         seen = [0]
 
@@ -180,8 +183,9 @@ class Evaluator:
             self._advance(n)
 
         try:
-            result = evaluate(self._scratch, self.workload, candidate, self.fleet_base, plans=plans, seed=self.seed,
-                              slo_target=self.slo_target, report=report, faults=faults, compare=compare)
+            result = evaluate(self._scratch, self.workload, candidate, self.fleet_base, plans=plans,
+                              seed=self.seed if seed is None else seed, slo_target=self.slo_target, report=report,
+                              faults=faults, compare=compare)
         except Exception as exc:  # noqa: BLE001 - as in the workers
             result = CandidateResult(candidate.name, candidate.spec(), candidate.origin,
                                      error=f"{type(exc).__name__}: {exc}")

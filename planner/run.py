@@ -153,11 +153,17 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     with Evaluator(workload, base, workers=workers, slo_target=config.slo_target, seed=seed, progress=progress,
                    scratch_dir=scratch_dir, inprocess_url=inprocess_url) as evaluator:
         evaluator.expect(expected)  # the bar's ETA covers the whole run (the search's bound)
-        if incidents.faults:  # what happened (the backtest) and the same fleet on a quiet day (the baseline)
-            happened, replay = evaluator.evaluate_many([current, current], faults=[incidents.faults, None],
-                                                       compare=incidents.windows)
-        else:
-            happened = replay = evaluator.evaluate_many([current], compare=incidents.windows)[0]
+        # What happened, replayed with ``backtest_seeds`` seeds (the backtest judges their median), and
+        # the same fleet on a quiet day (the baseline candidates are compared with).
+        k = config.backtest_seeds
+        quiet = [current] if incidents.faults else []
+        runs = evaluator.evaluate_many([current] * k + quiet, faults=[incidents.faults or None] * k + [None] * len(quiet),
+                                       compare=incidents.windows, seeds=[seed + i for i in range(k)] + [seed] * len(quiet))
+        happened, replay = runs[0], runs[-1]
+        if k > 1:
+            from planner.backtest import median_figures
+
+            happened.compare = median_figures([r.compare for r in runs[:k] if not r.error])
         state.results.append(replay)
         state.keys.add(current.key())
         run.backtest = report.backtest(measured, happened, config.tolerance)

@@ -25,7 +25,7 @@ import statistics
 from collections import defaultdict
 from datetime import datetime
 
-from planner.workload import (SHARING_MIN_HIT_RATE, Workload, WorkloadError, hourly_counts, naive_utc,
+from planner.workload import (SHARING_MIN_HIT_RATE, share_common_prefix, Workload, WorkloadError, hourly_counts, naive_utc,
                               plans_from_frames, share_prefixes, sharing_fraction)
 from serving.plans import RetryPolicy
 
@@ -145,11 +145,13 @@ def prefix_hit_rate(prefix_df) -> float | None:
     return float(prefix_df["hit_tokens"].sum()) / queries if queries > 0 else None
 
 
-def extract_workload(store, start: datetime, end: datetime, slos: dict | None = None) -> Workload:
+def extract_workload(store, start: datetime, end: datetime, slos: dict | None = None,
+                     sharing_model: str = "common") -> Workload:
     """The workload of ``[start, end)`` (UTC) as a :class:`Workload`.
 
     ``slos``: task type -> (ttft_ms, e2e_ms) the replay should carry (``--slo-from``); default:
-    the budget most of each type's tasks carried. Raises WorkloadError when no task started in
+    the budget most of each type's tasks carried. ``sharing_model``: how the measured prefix-cache hit
+    rate is replayed (``workload.py``: ``common`` or ``task``). Raises WorkloadError when no task started in
     the period (or the cost jobs never ran over it: the planner reads their ``tasks``).
     """
     from schema.queries import planner as pq
@@ -179,10 +181,15 @@ def extract_workload(store, start: datetime, end: datetime, slos: dict | None = 
                                   else f"measured hit rate {hit_rate:.1%}: " +
                                   (f"calls of a task share the first {fraction:.0%} of its context"
                                    if sharing else "replayed without sharing"))
-    if sharing:
+    if sharing and sharing_model == "common":
+        plans, blocks = share_common_prefix(plans, hit_rate)
+        evidence["prefix_sharing"] = (f"measured hit rate {hit_rate:.1%}: every call starts with the same {blocks} "
+                                      f"block(s) of 512 tokens")
+    elif sharing:
         plans = share_prefixes(plans, fraction)
     evidence["slos"] = "from the SLO file" if slos else "the budget most tasks of each type carried"
     return Workload(start=start, end=end, plans=tuple(plans), client=client, gateway_policy=policy,
                     gateway_retries=retries, admission_rejections=rejected, prefix_hit_rate=hit_rate,
-                    prefix_sharing=sharing, sharing_fraction=fraction, hourly=hourly_counts(plans, (end - start).total_seconds()),
+                    prefix_sharing=sharing, sharing_model=sharing_model,
+                    sharing_fraction=fraction, hourly=hourly_counts(plans, (end - start).total_seconds()),
                     evidence=evidence, slos=effective)

@@ -124,7 +124,7 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     began = time.monotonic()
     start, end = naive_utc(start), naive_utc(end)
     echo(f"planner: extracting the workload of {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC")
-    workload = extract_workload(store, start, end, slos=slos)
+    workload = extract_workload(store, start, end, slos=slos, sharing_model=config.prefix_sharing)
     from schema.queries import planner as pq
 
     cur = config.current
@@ -239,7 +239,9 @@ def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None
     lever_names = {m: [c.name for c in cs] for m, cs in levers.items()}
     run.levers = report.levers(run.results, replay, lever_names, best, config.slo_target)
     if best is None:
-        run.status, run.message = "no_feasible", "none: no candidate met every SLO (the current fleet neither)"
+        run.status = "no_feasible"
+        run.message = "none: no candidate met every SLO (the current fleet neither)" + _closest(run.results,
+                                                                                             config.slo_target)
         return
     s = report.saving(replay, best)
     run.recommended, run.saving_ratio, run.saving_usd = best.name, s.ratio, s.usd
@@ -250,6 +252,23 @@ def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None
     run.status = "recommended"
     run.message = (f"{best.name} ({best.spec['label']}): CPST ${best.cpst_usd:.4f} vs ${replay.cpst_usd:.4f}, "
                    f"saving {s.ratio:.1%} (${s.usd:,.2f} over the period), meets every SLO")
+
+
+def _closest(results, slo_target: float) -> str:
+    """The task types no candidate served within their SLOs: the best attainment any candidate reached,
+    by which candidate, against which budgets (what a feasible fleet, or an operator's SLO, must change)."""
+    best: dict[str, tuple] = {}
+    for r in results:
+        if r.error:
+            continue
+        for t, v in r.per_type.items():
+            a = v.get("slo_attainment")
+            if a is not None and (v.get("slo_ttft_ms") is not None or v.get("slo_e2e_ms") is not None) \
+                    and (t not in best or a > best[t][0]):
+                best[t] = (a, r.name, v.get("slo_ttft_ms"), v.get("slo_e2e_ms"), v.get("ttft_p95_s"))
+    short = [f"{t} at best {a:.1%} ({name}: p95 TTFT {p or 0:.1f} s vs budget {(b or 0) / 1000:g} s, "
+             f"e2e budget {(e or 0) / 1000:g} s)" for t, (a, name, b, e, p) in sorted(best.items()) if a < slo_target]
+    return f"; short of the {slo_target:.0%} target: " + "; ".join(short) if short else ""
 
 
 def _gpu_types(current: Candidate, config: PlanConfig) -> dict[str, str]:

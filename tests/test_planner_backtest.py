@@ -13,7 +13,8 @@ import pytest
 
 from planner.backtest import compare
 from planner.incidents import for_candidate, infer_incidents
-from planner.workload import impute_tails, sharing_fraction, sharing_potential
+from planner.workload import (BLOCK_TOKENS, impute_tails, share_common_prefix, sharing_fraction,
+                              sharing_potential)
 from serving.emulator.faults import FaultEvent
 from serving.plans import CallPlan, StepPlan, TaskPlan
 
@@ -86,6 +87,19 @@ def test_prefix_sharing_is_sized_to_the_measured_hit_rate():
     assert sharing_fraction(plans, 0.60) == 1.0
 
 
+def test_a_common_prefix_covers_about_the_measured_share_of_prompt_tokens():
+    # prompts of 4096, 2048 and 600 tokens (6744): one common block covers 512 x 3 = 1536 (22.8 %), two
+    # cover 1024 + 1024 + 512 = 2560 (38.0 %), three 1536 + 1536 + 512 = 3584 (53.1 %): the most blocks
+    # that stay at or below the hit rate: one for 25 %, two for 40 %
+    plans = [_task("a", 0.0, [[4096], [2048]]), _task("b", 1.0, [[600]], "chat")]
+    out, blocks = share_common_prefix(plans, 0.25)
+    assert blocks == 1
+    assert [c.prefix_blocks for p in out for s in p.steps for c in s.calls] == [(out[0].steps[0].calls[0]
+                                                                                  .prefix_blocks[0],)] * 3
+    assert share_common_prefix(plans, 0.40)[1] == 2
+    assert BLOCK_TOKENS == 512
+
+
 def test_a_task_failed_on_a_failed_call_gets_the_steps_it_never_reached():
     ok_near = _task("ok-near", 100.0, [[1], [2], [3], [4]])
     ok_far = _task("ok-far", 900.0, [[5], [6], [7], [8], [9]])
@@ -152,7 +166,7 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_concludes(de
 
     end = NOW.replace(tzinfo=None)
     config = PlanConfig()
-    config.search.max_candidates = 6
+    config.search.max_candidates = 1  # the current fleet alone: the backtest is what this test is for
     run = plan(demo_day, end - timedelta(hours=24), end, config, workers=0, progress=False, echo=lambda m: None,
                search=False)
     bt = run.backtest
@@ -164,4 +178,8 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_concludes(de
     assert set(bt["types"]) == {"chat", "copilot", "research_agent"}
     assert all(v["ttft_error"] <= 0.10 for v in bt["types"].values()), bt["types"]
     assert bt["passed"], bt["problems"]
-    assert run.status in ("recommended", "no_saving"), run.message
+    # The demo's tasks carry TTFT budgets of 2 s (chat) and 1 s (copilot) on ~14k-token prompts to a 70B
+    # model: prefill alone takes 14k x 0.165 ms = 2.3 s on a 4x A100 replica (serving/emulator/profiles.py),
+    # so no fleet of these GPUs meets them, and the planner says so with the closest figures.
+    assert run.status == "no_feasible", run.message
+    assert "short of the 95% target: chat at best" in run.message and "copilot at best" in run.message, run.message

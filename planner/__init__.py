@@ -11,6 +11,8 @@ scratch stores.
 |---|---|
 | ``workload.py`` | the ``Workload`` (task plans of a period), plans from the store's frames, resampling |
 | ``extract.py`` | reading the workload, client retry behaviour and gateway settings from the store |
+| ``incidents.py`` | the period's incidents (slowed, crashed replicas) as a fault timeline, or minutes to exclude |
+| ``backtest.py`` | the backtest's figures per task type and hour, the verdict and why a figure is missed |
 | ``candidates.py`` | ``Candidate`` / ``Pool``, engine profiles per GPU type, the current fleet |
 | ``config.py`` | the candidates file (plan.yaml), SLOs, the scratch stores' fleet config |
 | ``evaluate.py`` | one candidate end to end in a scratch store: simulate, ingest, cost jobs, read |

@@ -25,8 +25,8 @@ import statistics
 from collections import defaultdict
 from datetime import datetime
 
-from planner.workload import (SHARING_MIN_HIT_RATE, share_common_prefix, Workload, WorkloadError, hourly_counts, naive_utc,
-                              plans_from_frames, share_prefixes, sharing_fraction)
+from planner.workload import (SHARING_MIN_HIT_RATE, Workload, WorkloadError, hourly_counts, naive_utc,
+                              plans_from_frames, share_common_prefix, share_prefixes, sharing_fraction)
 from serving.plans import RetryPolicy
 
 MIN_GAPS = 5  # backoff estimates need at least this many observed gaps

@@ -5,12 +5,15 @@ cost jobs together). Steps, each reported through ``echo``:
 
 1. extract the workload of ``[start, end)`` and the current fleet (``extract.py``,
    ``candidates.current_candidate``);
-2. **backtest**: replay the current fleet; compare with the measured CPST and p95 TTFT. On
-   failure: stop, say where the replay departs (the hours with the largest divergence) and
-   recommend nothing;
+2. **backtest**: replay the current fleet under the period's incidents (``incidents.py``) with
+   ``backtest_seeds`` seeds, and a fault-free replay of it (the baseline candidates are compared
+   with); compare the replays' median CPST and p95 TTFT per task type with the measured ones outside
+   the minutes of incidents that cannot be modelled (``backtest.py``). On failure: stop, say per
+   missed figure which hours and what in them departs, and recommend nothing;
 3. evaluate the operator's candidates, the one-move levers and Mélange's GPU mix, then local
    search (``search.py``) within the budget;
-4. frontier, recommendation, levers (``report.py``); store everything (``results.py``).
+4. frontier, recommendation, levers (``report.py``); the recommendation and the frontier replayed
+   again under the measured incidents; store everything (``results.py``).
 """
 
 from __future__ import annotations
@@ -157,9 +160,11 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
         # the same fleet on a quiet day (the baseline candidates are compared with).
         k = config.backtest_seeds
         quiet = [current] if incidents.faults else []
-        runs = evaluator.evaluate_many([current] * k + quiet, faults=[incidents.faults or None] * k + [None] * len(quiet),
-                                       compare=incidents.windows, seeds=[seed + i for i in range(k)] + [seed] * len(quiet))
-        happened, replay = runs[0], runs[-1]
+        runs = evaluator.evaluate_many([current] * k + quiet,
+                                       faults=[incidents.faults or None] * k + [None] * len(quiet),
+                                       compare=incidents.windows,
+                                       seeds=[seed + i for i in range(k)] + [seed] * len(quiet))
+        happened, replay = runs[0], runs[k] if quiet else runs[0]
         if k > 1:
             from planner.backtest import median_figures
 

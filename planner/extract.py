@@ -183,8 +183,8 @@ def extract_workload(store, start: datetime, end: datetime, slos: dict | None = 
                                    if sharing else "replayed without sharing"))
     if sharing and sharing_model == "common":
         plans, blocks = share_common_prefix(plans, hit_rate)
-        evidence["prefix_sharing"] = (f"measured hit rate {hit_rate:.1%}: every call starts with the same {blocks} "
-                                      f"block(s) of 512 tokens")
+        evidence["prefix_sharing"] = (f"measured hit rate {hit_rate:.1%}: every call starts with the same "
+                                      f"{blocks:.2f} block(s) of 512 tokens on average")
     elif sharing:
         plans = share_prefixes(plans, fraction)
     evidence["slos"] = "from the SLO file" if slos else "the budget most tasks of each type carried"

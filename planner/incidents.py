@@ -15,7 +15,8 @@ backtest replays what happened instead of a quiet day.
   emulator's and vLLM's step time scale with a slowed GPU). Calls that ended inside the fault had part
   of their decode before it, so the ratio errs low.
 * **crash / down**: minutes a fleet replica was not up (no scrape, no span) between minutes it was
-  up: a crash at the first such minute, restarted at the next up minute.
+  up: a crash at the first such minute, restarted at the next up minute. Minutes when every replica
+  was silent are a gap in the telemetry (or no fleet at all), not a crash: they are excluded.
 * anything else an alert names on a replica that the emulator cannot model (telemetry loss, an error
   burst with no engine evidence of its rate, a degradation with no slow minute) is **excluded**: its
   minutes (alert start to resolution) leave the backtest's comparison, and the report says so.
@@ -101,7 +102,9 @@ def infer_incidents(alerts: pd.DataFrame, speed: pd.DataFrame, start: datetime, 
     out = Incidents(start=start)
     at = lambda t: max(0.0, (t - start).total_seconds())  # noqa: E731 - seconds from the period's start
     by_replica = {rid: g.sort_values("minute") for rid, g in speed.groupby("replica")} if len(speed) else {}
-    # crashes: minutes down between minutes up
+    # crashes: minutes down between minutes up (a minute every replica was silent is a gap in the
+    # telemetry or a fleet that was not running, not a crash: excluded below)
+    downs: dict[str, list[tuple[datetime, datetime]]] = {}
     for rid in replicas:
         rows = by_replica.get(rid)
         if rows is None or not len(rows):
@@ -119,11 +122,20 @@ def infer_incidents(alerts: pd.DataFrame, speed: pd.DataFrame, start: datetime, 
             if not is_up and down_from is None:
                 down_from = expected
             elif is_up and down_from is not None:
-                out.faults.append(FaultEvent(at(down_from), rid, "crash", None, at(expected)))
-                out.described.append(f"{rid} down {down_from:%Y-%m-%d %H:%M} .. {expected:%H:%M} UTC "
-                                     f"(no scrape nor span): replayed as a crash and restart")
+                downs.setdefault(rid, []).append((down_from, expected))
                 down_from = None
             expected += MINUTE
+    silent = _all_silent(downs, replicas)
+    for rid, windows in downs.items():
+        for a, b in windows:
+            if any(sa <= a and b <= sb for sa, sb in silent):
+                continue
+            out.faults.append(FaultEvent(at(a), rid, "crash", None, at(b)))
+            out.described.append(f"{rid} down {a:%Y-%m-%d %H:%M} .. {b:%H:%M} UTC (no scrape nor span): replayed "
+                                 f"as a crash and restart")
+    for a, b in silent:
+        out.excluded.append((a, b, "no replica of the fleet reported (a gap in the telemetry, or the fleet was not "
+                                   "running): not a crash"))
     handled = set()
     for a in alerts.itertuples(index=False):
         rid, rule = str(a.replica), str(a.rule)
@@ -165,6 +177,16 @@ def infer_incidents(alerts: pd.DataFrame, speed: pd.DataFrame, start: datetime, 
         out.excluded.append((began, resolved, f"{rule} on {rid}: the emulator cannot model it"))
     out.excluded = _merged(out.excluded)
     return out
+
+
+def _all_silent(downs: dict, replicas: list[str]) -> list[tuple[datetime, datetime]]:
+    """The minutes every replica of ``replicas`` was down at once (intersection of their down windows)."""
+    if len(replicas) < 2 or any(r not in downs for r in replicas):
+        return []
+    common = downs[replicas[0]]
+    for rid in replicas[1:]:
+        common = [(max(a, c), min(b, d)) for a, b in common for c, d in downs[rid] if max(a, c) < min(b, d)]
+    return common
 
 
 def _merged(windows: list[tuple]) -> list[tuple]:

@@ -170,27 +170,38 @@ def share_prefixes(plans: list[TaskPlan], fraction: float = 1.0) -> list[TaskPla
 COMMON_BLOCK_BASE = TASK_BLOCK_BASE - (1 << 20)  # block ids of the fleet-wide common prefix
 
 
-def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[TaskPlan], int]:
+def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[TaskPlan], float]:
     """Give every call the same first blocks (a system prompt, a tool catalogue: what every request of a
-    deployment starts with), as many as make the share of prompt tokens they cover about ``hit_rate``.
-    Returns the plans and the number of 512-token blocks."""
+    deployment starts with), so the share of prompt tokens they cover is about ``hit_rate``: ``b`` blocks
+    for every call and one more for the share of calls (spread evenly in arrival order) that brings the
+    cover from ``b``'s up to the rate (one 512-token block is ~4 % of a 13k-token prompt: whole blocks
+    alone replayed a 5.4 % fleet at 3.7 %). Returns the plans and the mean blocks per call."""
     prompts = [c.prompt_tokens for p in plans for s in p.steps for c in s.calls]
     total = sum(prompts)
+
+    def cover(b):
+        return sum(min(n // BLOCK_TOKENS, b) * BLOCK_TOKENS for n in prompts) / total if total else 0.0
+
     blocks = 0
-    while total and blocks < 4096:
-        covered = sum(min(n // BLOCK_TOKENS, blocks + 1) * BLOCK_TOKENS for n in prompts)
-        if covered / total > hit_rate:
-            break
+    while total and blocks < 4096 and cover(blocks + 1) <= hit_rate:
         blocks += 1
-    if not blocks:
-        return plans, 0
-    out = []
+    low, high = cover(blocks), cover(blocks + 1)
+    extra = (hit_rate - low) / (high - low) if high > low else 0.0  # share of calls with one more block
+    out, owed, given, n = [], 0.0, 0, 0
     for p in plans:
-        steps = tuple(StepPlan(s.name, tuple(replace(c, prefix_blocks=tuple(range(
-            COMMON_BLOCK_BASE, COMMON_BLOCK_BASE + min(blocks, c.prompt_tokens // BLOCK_TOKENS)))) for c in s.calls))
-            for s in p.steps)
-        out.append(replace(p, steps=steps))
-    return out, blocks
+        steps = []
+        for s in p.steps:
+            calls = []
+            for c in s.calls:
+                owed += extra
+                b = blocks + (1 if owed >= 1.0 else 0)
+                owed -= 1.0 if owed >= 1.0 else 0.0
+                b = min(b, c.prompt_tokens // BLOCK_TOKENS)
+                given, n = given + b, n + 1
+                calls.append(replace(c, prefix_blocks=tuple(range(COMMON_BLOCK_BASE, COMMON_BLOCK_BASE + b))))
+            steps.append(StepPlan(s.name, tuple(calls)))
+        out.append(replace(p, steps=tuple(steps)))
+    return out, given / n if n else 0.0
 
 
 def sharing_potential(plans) -> float:

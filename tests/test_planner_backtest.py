@@ -62,6 +62,18 @@ def test_a_replica_down_between_up_minutes_is_a_crash_and_an_unmodelled_alert_is
     assert inc.windows == [(T0 + timedelta(minutes=30), T0 + timedelta(minutes=41))]
 
 
+def test_minutes_every_replica_was_silent_are_a_telemetry_gap_not_crashes():
+    # r0 down 10..14, r1 down 12..19, the fleet is r0 and r1: 12..14 nobody reported, excluded; each
+    # replica's own window reaches beyond it, so both stay crashes (a window inside the gap would not)
+    speed = pd.concat([_minutes("r0", 60, down=range(10, 15)), _minutes("r1", 60, down=range(12, 20))])
+    inc = infer_incidents(NO_ALERTS, speed, T0, T0 + timedelta(hours=1), ["r0", "r1"])
+    assert inc.excluded == [(T0 + timedelta(minutes=12), T0 + timedelta(minutes=15),
+                             "no replica of the fleet reported (a gap in the telemetry, or the fleet was not running): "
+                             "not a crash")]
+    assert inc.faults == [FaultEvent(600.0, "r0", "crash", None, 900.0),
+                          FaultEvent(720.0, "r1", "crash", None, 1200.0)]
+
+
 def test_a_candidate_gets_the_incident_on_its_replica_of_the_same_gpu_type():
     from planner.candidates import Candidate, Pool
 
@@ -89,15 +101,18 @@ def test_prefix_sharing_is_sized_to_the_measured_hit_rate():
 
 def test_a_common_prefix_covers_about_the_measured_share_of_prompt_tokens():
     # prompts of 4096, 2048 and 600 tokens (6744): one common block covers 512 x 3 = 1536 (22.8 %), two
-    # cover 1024 + 1024 + 512 = 2560 (38.0 %), three 1536 + 1536 + 512 = 3584 (53.1 %): the most blocks
-    # that stay at or below the hit rate: one for 25 %, two for 40 %
-    plans = [_task("a", 0.0, [[4096], [2048]]), _task("b", 1.0, [[600]], "chat")]
-    out, blocks = share_common_prefix(plans, 0.25)
-    assert blocks == 1
-    assert [c.prefix_blocks for p in out for s in p.steps for c in s.calls] == [(out[0].steps[0].calls[0]
-                                                                                  .prefix_blocks[0],)] * 3
-    assert share_common_prefix(plans, 0.40)[1] == 2
+    # cover 1024 + 1024 + 512 = 2560 (38.0 %), three 1536 + 1536 + 512 = 3584 (53.1 %). 22.8 % is one block
+    # each; 38.0 % two each (the 600-token call has room for one); 45.6 %, half-way from two to three,
+    # gives every second call a third block: the 2nd (2048 tokens)
     assert BLOCK_TOKENS == 512
+    plans = [_task("a", 0.0, [[4096], [2048]]), _task("b", 1.0, [[600]], "chat")]
+    out, blocks = share_common_prefix(plans, 1536 / 6744)
+    first = out[0].steps[0].calls[0].prefix_blocks[0]
+    assert [c.prefix_blocks for p in out for s in p.steps for c in s.calls] == [(first,)] * 3 and blocks == 1
+    out, blocks = share_common_prefix(plans, 2560 / 6744)
+    assert [len(c.prefix_blocks) for p in out for s in p.steps for c in s.calls] == [2, 2, 1]
+    out, blocks = share_common_prefix(plans, (2560 + 3584) / 2 / 6744)
+    assert [len(c.prefix_blocks) for p in out for s in p.steps for c in s.calls] == [2, 3, 1]
 
 
 def test_a_task_failed_on_a_failed_call_gets_the_steps_it_never_reached():

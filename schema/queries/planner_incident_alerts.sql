@@ -12,7 +12,7 @@ SELECT
     max(resolved_at) AS resolved,
     argMax(summary, event_time) AS last_summary
 FROM alerts
-WHERE replica != ''
+WHERE replica != '' AND started_at < p_end
 GROUP BY alert_id, rule, replica
 HAVING countIf(state = 'firing') > 0 AND began < p_end AND (resolved IS NULL OR resolved >= p_start)
 ORDER BY began, replica, rule

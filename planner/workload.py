@@ -21,7 +21,8 @@ Position: planner (wiring: reads the store through ``schema.queries.planner``, p
   the first part of the task's context, the way agent frameworks resend it. Without per-call cache
   evidence the two cannot be told apart; on the demo's day (Mooncake prompts, whose hits are mostly
   the block every request starts with) ``task`` gave the multi-call tasks all the hits and replayed
-  their p95 TTFT 7-10 % low and chat's 10 % high (median of 3 seeds), ``common`` within 1-6 %.
+  their p95 TTFT 7-10 % low and chat's 10 % high (median of 3 seeds), ``common`` within 4-8 %
+  (median of 5).
   Sharing a task's whole context replayed a 5 % fleet as 54 %. The backtest reports measured vs
   replayed hit rate.
 

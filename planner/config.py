@@ -6,7 +6,8 @@ its line, as for fleet.yaml)::
     slo_target: 0.95          # share of a task type's tasks that must succeed within its budgets
     tolerance: 0.10           # the backtest's accepted relative error (CPST, p95 TTFT)
     backtest_seeds: 5         # replays of the current fleet the backtest takes the median of
-    prefix_sharing: common    # how the measured hit rate is replayed: common (every call's first blocks) | task
+    prefix_sharing: auto      # how the measured hit rate is replayed: common (every call's first blocks) | task
+                              # (a task's calls share its context) | auto (task when the rate is near its bound)
     current:                  # what the telemetry cannot tell about the current fleet
       max_num_seqs: 16
       policy: least_loaded
@@ -106,7 +107,7 @@ class PlanConfig(_Strict):
     slo_target: float = Field(default=0.95, gt=0, le=1)
     tolerance: float = Field(default=0.10, gt=0, lt=1)
     backtest_seeds: int = Field(default=5, ge=1, le=9)
-    prefix_sharing: Literal["common", "task"] = "common"
+    prefix_sharing: Literal["auto", "common", "task"] = "auto"
     current: CurrentSpec = Field(default_factory=CurrentSpec)
     gpu_types: dict[str, GpuTypeSpec] = Field(default_factory=dict)
     candidates: list[CandidateSpec] = Field(default_factory=list)

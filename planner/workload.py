@@ -15,11 +15,13 @@ Position: planner (wiring: reads the store through ``schema.queries.planner``, p
   measures the fleet's prefix-cache hit rate from ``vllm:prefix_cache_hits / queries`` and, when
   there was sharing (> 0.5 %), replays it in one of two shapes, each sized so the replay's hit rate
   is about the measured one (512-token blocks, as ``serving.workloads.builder``):
-  ``common`` (the default, :func:`share_common_prefix`): every call starts with the same blocks (a
+  ``common`` (:func:`share_common_prefix`): every call starts with the same blocks (a
   system prompt, a tool catalogue), so each call saves about the same share of its prefill;
   ``task`` (:func:`share_prefixes`, :func:`sharing_fraction`): the calls of one multi-call task share
-  the first part of the task's context, the way agent frameworks resend it. Without per-call cache
-  evidence the two cannot be told apart; on the demo's day (Mooncake prompts, whose hits are mostly
+  the first part of the task's context, the way agent frameworks resend it; ``auto`` (the default)
+  chooses by how close the measured rate is to what ``task`` could give at most
+  (``planner.extract.auto_sharing_model``). Without per-call cache evidence the two cannot be told
+  apart for sure; on the demo's day (Mooncake prompts, whose hits are mostly
   the block every request starts with) ``task`` gave the multi-call tasks all the hits and replayed
   their p95 TTFT 7-10 % low and chat's 10 % high (median of 3 seeds), ``common`` within 4-8 %
   (median of 5).

@@ -22,7 +22,8 @@ change a cost figure:
 
 A candidate **meets its SLOs** when, for every task type with a latency budget, at least
 ``slo_target`` (default 95 %) of its tasks succeeded within every budget (``tasks.slo_met``): the
-same as "p95 latency within budget" with failed and abandoned tasks counted as misses.
+same as "p95 latency within budget" with failed and abandoned tasks counted as misses, except tasks
+their client failed with every call answered (``client_failed_tasks``), which fail on any fleet.
 """
 
 from __future__ import annotations

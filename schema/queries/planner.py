@@ -126,7 +126,8 @@ def replicas(store, start: datetime, end: datetime) -> pd.DataFrame:
 
 def task_latency(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per task type (and ``''`` = all) of the tasks that ended in the period: ``tasks``,
-    ``successful_tasks``, ``slo_met_tasks``, ``slo_attainment`` (0..1, failures count as misses),
+    ``successful_tasks``, ``slo_met_tasks``, ``client_failed_tasks`` (failed with every call answered),
+    ``slo_attainment`` (0..1 of the tasks less the client-failed ones; other failures count as misses),
     ``ttft_p50_s``, ``ttft_p95_s``, ``e2e_p50_s``, ``e2e_p95_s`` (seconds, successful tasks),
     ``slo_ttft_ms``, ``slo_e2e_ms`` (the budget most tasks carried)."""
     return _period("planner_task_latency", store, start, end)

@@ -250,11 +250,17 @@ def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None
         return
     s = report.saving(replay, best)
     run.recommended, run.saving_ratio, run.saving_usd = best.name, s.ratio, s.usd
-    if best.name == replay.name or (s.ratio is not None and s.ratio <= 0):
+    if best.name == replay.name or (s.ratio is not None and s.ratio <= 0 and replay.meets_slo):
         run.status = "no_saving"
-        run.message = f"keep the current fleet ({replay.spec['label']}): no candidate meeting every SLO is cheaper"
+        run.message = (f"keep the current fleet ({replay.spec['label']}): it is already the cheapest meeting every "
+                       f"SLO, CPST ${replay.cpst_usd:.4f}, worst SLO attainment {replay.slo_attainment_min:.1%}")
         return
     run.status = "recommended"
+    if s.ratio is not None and s.ratio < 0:  # the current fleet misses an SLO: the cheapest that meets them costs more
+        run.message = (f"{best.name} ({best.spec['label']}): CPST ${best.cpst_usd:.4f} vs ${replay.cpst_usd:.4f}, "
+                       f"{-s.ratio:.1%} more, meets every SLO (the current fleet: worst SLO attainment "
+                       f"{replay.slo_attainment_min or 0:.1%})")
+        return
     run.message = (f"{best.name} ({best.spec['label']}): CPST ${best.cpst_usd:.4f} vs ${replay.cpst_usd:.4f}, "
                    f"saving {s.ratio:.1%} (${s.usd:,.2f} over the period), meets every SLO")
 

@@ -48,14 +48,16 @@ class BackfillPlan:
     reask_rates: dict | None = None  # task type -> share of calls re-asked (build_plans' reask_rates)
     trace: str = "azure"  # build_plans' trace: "azure" | "mooncake"
     model: str | None = None  # the model the calls ask for (None: build_plans' default)
+    slo_ms: dict | None = None  # task type -> (ttft_ms, e2e_ms) the tasks carry (build_plans' slo_ms)
 
     @property
     def hours(self) -> int:
         return int(math.ceil((self.end - self.start).total_seconds() / HOUR))
 
 
-def _model(plan: BackfillPlan) -> dict:
-    return {"model": plan.model} if plan.model else {}
+def _plan_kwargs(plan: BackfillPlan) -> dict:
+    """build_plans' model and slo_ms when the plan sets them (else build_plans' defaults)."""
+    return {**({"model": plan.model} if plan.model else {}), **({"slo_ms": plan.slo_ms} if plan.slo_ms else {})}
 
 
 def _fixed_load_plans(plan: BackfillPlan) -> list:
@@ -69,7 +71,7 @@ def _fixed_load_plans(plan: BackfillPlan) -> list:
                     for p in build_plans(plan.trace, plan.data_dir, plan.mix, rate_scale=rate,
                                          duration_s=until_s - at_s, seed=plan.seed * 7919 + index + 1,
                                          failure_rates=plan.failure_rates, reask_rates=plan.reask_rates,
-                                         **_model(plan))]
+                                         **_plan_kwargs(plan))]
     return out
 
 
@@ -89,7 +91,7 @@ def hourly_plans(plan: BackfillPlan):
         batch = [dataclasses.replace(p, arrival_s=p.arrival_s + offset, task_id=f"{p.task_id}-{hour:04d}")
                  for p in build_plans(plan.trace, plan.data_dir, plan.mix, rate_scale=rate, duration_s=HOUR,
                                       seed=plan.seed * 100_003 + hour, failure_rates=plan.failure_rates,
-                                      reask_rates=plan.reask_rates, **_model(plan))]
+                                      reask_rates=plan.reask_rates, **_plan_kwargs(plan))]
         batch = [p for p in batch if not _in_fixed_load(plan, p.arrival_s)]
         batch += [p for p in fixed if offset <= p.arrival_s < offset + HOUR]
         yield from sorted(batch, key=lambda p: p.arrival_s)

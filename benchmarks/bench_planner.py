@@ -18,10 +18,11 @@ Measured in one run:
   ``N x baseline / planner`` is the speed-up of the worker pool over replaying the candidates one
   by one.
 
-The demo's week contains an incident (a replica slowed 3x at a surge) that the replay does not
-model, so its backtest on p95 TTFT may fail; the benchmark times the search regardless (tolerance
-set to 0.95) and prints the backtest's verdict at the default 10 %. Figures depend on what else
-runs on the machine: the load average is printed beside them.
+The planner's run includes its backtest (``backtest_seeds`` replays of the current fleet under the
+incidents the store knows, one fault-free) and the recommendation's replays under those incidents; the
+benchmark times the search whatever the backtest says (tolerance set to 0.95) and prints the
+backtest's verdict at the default 10 % for the baseline replay. Figures depend on what else runs on
+the machine: the load average is printed beside them.
 """
 
 from __future__ import annotations

@@ -175,15 +175,14 @@ def demo_day(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_demo_day_backtests_within_10_percent_per_task_type_and_concludes(demo_day):
+def test_the_demo_day_backtests_within_10_percent_per_task_type_and_recommends(demo_day):
     from planner.config import PlanConfig
     from planner.run import plan
 
     end = NOW.replace(tzinfo=None)
     config = PlanConfig()
-    config.search.max_candidates = 1  # the current fleet alone: the backtest is what this test is for
-    run = plan(demo_day, end - timedelta(hours=24), end, config, workers=0, progress=False, echo=lambda m: None,
-               search=False)
+    config.search.budget_s = 3600  # stop at max_candidates (the CLI's 20), not at a wall-clock budget
+    run = plan(demo_day, end - timedelta(hours=24), end, config, workers=2, progress=False, echo=lambda m: None)
     bt = run.backtest
     # the backfilled fault: replica-2 6x slower from 40 to 20 min before the demo's start
     replayed = bt["incidents"]["replayed"]
@@ -193,8 +192,17 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_concludes(de
     assert set(bt["types"]) == {"chat", "copilot", "research_agent"}
     assert all(v["ttft_error"] <= 0.10 for v in bt["types"].values()), bt["types"]
     assert bt["passed"], bt["problems"]
-    # The demo's tasks carry TTFT budgets of 2 s (chat) and 1 s (copilot) on ~14k-token prompts to a 70B
-    # model: prefill alone takes 14k x 0.165 ms = 2.3 s on a 4x A100 replica (serving/emulator/profiles.py),
-    # so no fleet of these GPUs meets them, and the planner says so with the closest figures.
-    assert run.status == "no_feasible", run.message
-    assert "short of the 95% target: chat at best" in run.message and "copilot at best" in run.message, run.message
+    # The demo's budgets (infercost/demo.py SLO_MS) are what its fleet serves on a quiet hour; fault-free, the
+    # current fleet misses research agents' (83 % of them within budget and not failed by the fleet, measured:
+    # calls queued behind its --max-num-seqs 4 time out), and two 4x H100 replicas at --max-num-seqs 16 meet
+    # every type's for less (CPST $0.2697 vs $0.3244, measured) but not under the day's incident.
+    current = next(r for r in run.results if r.name == run.current)
+    assert not current.meets_slo and current.per_type["research_agent"]["slo_attainment"] < 0.95
+    assert run.status == "recommended", run.message
+    best = next(r for r in run.results if r.name == run.recommended)
+    assert best.meets_slo and all(v["slo_attainment"] >= 0.95 for v in best.per_type.values()), best.per_type
+    assert best.spec["label"].startswith("2x 4xH100 seqs 16"), best.spec
+    assert best.cpst_usd < current.cpst_usd and 0.10 < run.saving_ratio < 0.25, (best.cpst_usd, current.cpst_usd)
+    assert "meets every SLO; on a quiet day only: under the measured incidents research_agent" in run.message, \
+        run.message
+    assert not run.incidents[run.recommended]["meets_slo"]

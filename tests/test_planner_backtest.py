@@ -184,6 +184,8 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_recommends(d
     config.search.budget_s = 3600  # stop at max_candidates (the CLI's 20), not at a wall-clock budget
     run = plan(demo_day, end - timedelta(hours=24), end, config, workers=2, progress=False, echo=lambda m: None)
     bt = run.backtest
+    print("backtest errors: CPST {:.2%}, p95 TTFT {}".format(
+        bt["cpst_error"], ", ".join(f"{t} {v['ttft_error']:.2%}" for t, v in sorted(bt["types"].items()))))
     # the backfilled fault: replica-2 6x slower from 40 to 20 min before the demo's start
     replayed = bt["incidents"]["replayed"]
     assert len(replayed) == 1 and replayed[0].startswith("replica-2 slowed"), replayed

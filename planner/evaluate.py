@@ -72,7 +72,24 @@ class Scratch:
         jobs.stop(store)  # the explicit runner computes the window; the periodic chain must not
         for statement in _statements("scratch_prune") + _statements("scratch_null_traces"):
             store.command(statement, tag="planner.scratch.prune")
+        scratch.settle()
         return scratch
+
+    def settle(self, timeout_s: float = 300.0) -> None:
+        """Wait for the refreshes of the periodic chain that were running when it was stopped (``SYSTEM
+        STOP VIEW`` does not cancel a refresh in flight: the one migrate starts can still be computing its
+        window, now minus a day, when the first replay's rows arrive, and append its own rows to the
+        replay's), then empty the tables. Raises RuntimeError when one is still running after ``timeout_s``."""
+        import time
+
+        from schema import jobs
+
+        deadline = time.monotonic() + timeout_s
+        while (jobs.status(self.store)["status"] == "Running").any():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"a refresh of the scratch store's cost chain still runs after {timeout_s:g} s")
+            time.sleep(0.2)
+        self.reset()
 
     def reset(self) -> None:
         from schema.store import validate_identifier

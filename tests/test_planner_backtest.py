@@ -159,32 +159,6 @@ def test_a_missed_backtest_says_which_figure_type_hours_and_what_differs():
 NOW = datetime(2026, 12, 6, 6, 10, tzinfo=timezone.utc)  # a Sunday morning: Saturday's curve, the incident at 05:30
 
 
-def _as_a_user_reads_it(store, timeout_s: float = 300.0) -> None:
-    """Let the periodic cost chain refresh once after the backfill, then stop it, so the planner reads the
-    store a user's ``plan`` would (the chain refreshes every minute) and every run reads the same one: a
-    task that started just before the period's end is in the period before the chain's refresh and not
-    after it, and that one task moves the replays (chat's p95 TTFT error by more than a point)."""
-    import time
-
-    from schema import jobs
-
-    began = datetime.now(timezone.utc).replace(tzinfo=None)
-    deadline = time.monotonic() + timeout_s
-
-    def refreshed() -> bool:
-        st = jobs.status(store).set_index("view")
-        last = st.loc["cost_tasks_mv", "last_success_time"]
-        return last == last and pd.Timestamp(last).to_pydatetime().replace(tzinfo=None) > began
-
-    while not refreshed():
-        assert time.monotonic() < deadline, "the cost chain did not refresh after the backfill"
-        time.sleep(1)
-    jobs.stop(store)
-    while (jobs.status(store)["status"] == "Running").any():
-        assert time.monotonic() < deadline, "a refresh of the cost chain still runs"
-        time.sleep(0.5)
-
-
 @pytest.fixture(scope="module")
 def demo_day(tmp_path_factory):
     """The demo's 1-day backfill (its fleet, its trace, its incident and alert replay) in a store."""
@@ -196,7 +170,6 @@ def demo_day(tmp_path_factory):
     fleet_file = demo.demo_fleet_file(tmp_path_factory.mktemp("demo_day"), NOW)
     sync_fleet(store, load_fleet(fleet_file))
     demo.backfill_history(store, demo.DemoOptions(backfill_days=1), NOW, echo=lambda *a: None)
-    _as_a_user_reads_it(store)
     yield store
     drop_store(store)
 

@@ -11,6 +11,7 @@ from planner.candidates import current_candidate
 from planner.extract import extract_workload
 from planner.workload import WorkloadError, resample
 from planner_helpers import T0, measured_store
+from schema import jobs
 from schema.queries import planner as pq
 from serving.emulator.faults import FaultEvent
 from serving.emulator.fleet_sim import ReplicaSpec
@@ -92,6 +93,24 @@ def test_resample_keeps_the_hourly_shape_and_changes_arrivals(store):
     assert abs(len(again) - 40) <= 20 and {p.task_type for p in again} == {"chat"}
     assert [p.arrival_s for p in again] != [p.arrival_s for p in w.plans]
     assert all(0 <= p.arrival_s < 3600 for p in again)
+
+
+def test_a_task_still_running_at_the_period_end_is_not_in_its_workload(store):
+    # t-early runs at 10 s; t-late starts at 3595 s and decodes 2,000 tokens at about 6 ms a step (the
+    # profile's base step time), so its root ends about 12 s later, after the hour. The jobs run
+    # over the hour, then over the next (as the periodic chain does when it reaches that minute): the
+    # hour's workload is t-early alone both times, not one task more once the next hour is computed.
+    plans = [TaskPlan("t-early", "chat", "acme", 10.0, (StepPlan("respond", (CallPlan(300, 40),)),)),
+             TaskPlan("t-late", "chat", "acme", 3595.0, (StepPlan("respond", (CallPlan(300, 2000),)),))]
+    measured_store(store, plans, [ReplicaSpec("r0")])
+    period = (T0, T0 + timedelta(hours=1))
+    before = extract_workload(store, *period)
+    jobs.run_jobs(store, start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2))
+    late = pq.workload_tasks(store, T0, T0 + timedelta(hours=2))
+    assert list(late["task_id"]) == ["t-early", "t-late"]  # t-late's row exists now, in the next hour
+    after = extract_workload(store, *period)
+    assert [p.task_id for p in before.plans] == [p.task_id for p in after.plans] == ["t-early"]
+    assert before.hourly == after.hourly == (1,)
 
 
 def test_an_empty_period_is_a_clear_error(store):

@@ -1,5 +1,7 @@
--- Planner, workload extraction: the tasks that STARTED in [start, end) (the cost job's `tasks`
--- rows; a task's row lives in the minute it ended, so rows up to a day after `end` are read).
+-- Planner, workload extraction: the tasks that STARTED in [start, end) and whose row the cost job's
+-- `tasks` holds for a minute before `end` (a task's row lives in the minute it ended, or was found
+-- abandoned). A task still running at `end` is left out: its row comes later, when the periodic chain
+-- reaches its end, so reading it would make a plan of the same period depend on when it ran.
 -- One row per task, in start order: what the planner replays (arrival, type, tenant, priority,
 -- model, SLO) and what it learns client behaviour from (outcome, e2e of abandoned tasks).
 -- Times UTC; start_time DateTime64(9); e2e_s seconds; SLOs milliseconds (root span, else task_slos).
@@ -18,7 +20,7 @@ SELECT
     slo_ttft_ms,
     slo_e2e_ms
 FROM tasks
-WHERE minute >= p_start AND minute < p_end + INTERVAL 1 DAY
+WHERE minute >= p_start AND minute < p_end
   AND start_time >= p_start AND start_time < p_end
   AND task_id != ''
 ORDER BY start_time, task_id

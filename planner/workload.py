@@ -3,8 +3,9 @@
 Position: planner (wiring: reads the store through ``schema.queries.planner``, produces
 ``serving.plans.TaskPlan``). What is extracted, and from where (docs/telemetry.md):
 
-* **tasks**: every task that started in ``[start, end)`` (cost job's ``tasks``): arrival, type,
-  tenant, priority, model, SLO. Arrivals are replayed exactly, so the diurnal shape, bursts and the
+* **tasks**: every task that started in ``[start, end)`` and ended before ``end`` (cost job's
+  ``tasks``; a task still running at ``end`` is left out, so the period's workload does not grow when
+  the cost jobs later reach its end): arrival, type, tenant, priority, model, SLO. Arrivals are replayed exactly, so the diurnal shape, bursts and the
   task-type mix are the period's own; ``hourly`` keeps the shape for :func:`resample`.
 * **steps and calls**: from the client attempt spans, a step's calls are its first attempts (a
   fan-out of k calls has k); each accepted call keeps its measured prompt and output lengths. A call

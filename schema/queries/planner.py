@@ -80,7 +80,8 @@ def _period(name: str, store, start: datetime, end: datetime) -> pd.DataFrame:
 
 
 def workload_tasks(store, start: datetime, end: datetime) -> pd.DataFrame:
-    """Tasks that started in ``[start, end)`` (cost job's ``tasks``), in start order: ``task_id``,
+    """Tasks that started in ``[start, end)`` and ended before ``end`` (cost job's ``tasks`` rows of the
+    period's minutes: not a task still running at ``end``), in start order: ``task_id``,
     ``task_type``, ``tenant_id``, ``tenant_priority``, ``model``, ``start_time`` (UTC, ns),
     ``outcome``, ``e2e_s`` (seconds), ``slo_ttft_ms``, ``slo_e2e_ms`` (milliseconds or NaN)."""
     return _period("planner_workload_tasks", store, start, end)

@@ -172,6 +172,7 @@ def share_prefixes(plans: list[TaskPlan], fraction: float = 1.0) -> list[TaskPla
 
 
 COMMON_BLOCK_BASE = TASK_BLOCK_BASE - (1 << 20)  # block ids of the fleet-wide common prefix
+CALL_BLOCK_BASE = 1 << 42  # block ids of a call's own blocks, after the common ones (above the per-task ids)
 
 
 def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[TaskPlan], float]:
@@ -179,7 +180,12 @@ def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[Ta
     deployment starts with), so the share of prompt tokens they cover is about ``hit_rate``: ``b`` blocks
     for every call and one more for the share of calls (spread evenly in arrival order) that brings the
     cover from ``b``'s up to the rate (one 512-token block is ~4 % of a 13k-token prompt: whole blocks
-    alone replayed a 5.4 % fleet at 3.7 %). Returns the plans and the mean blocks per call."""
+    alone replayed a 5.4 % fleet at 3.7 %). The rest of each prompt is blocks of the call's own, ids no
+    other call has: a retry resends the same prompt, and on the replica that prefilled it finds it
+    cached, as the measured one did (without them a replay of an incident's timeouts prefilled every
+    retried prompt again and queued more than the fleet had). The blocks are sized to the whole
+    measured rate, retries' hits included, so first attempts get a little more than theirs.
+    Returns the plans and the mean common blocks per call."""
     prompts = [c.prompt_tokens for p in plans for s in p.steps for c in s.calls]
     total = sum(prompts)
 
@@ -191,7 +197,7 @@ def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[Ta
         blocks += 1
     low, high = cover(blocks), cover(blocks + 1)
     extra = (hit_rate - low) / (high - low) if high > low else 0.0  # share of calls with one more block
-    out, owed, given, n = [], 0.0, 0, 0
+    out, owed, given, n, next_own = [], 0.0, 0, 0, 0
     for p in plans:
         steps = []
         for s in p.steps:
@@ -202,7 +208,10 @@ def share_common_prefix(plans: list[TaskPlan], hit_rate: float) -> tuple[list[Ta
                 owed -= 1.0 if owed >= 1.0 else 0.0
                 b = min(b, c.prompt_tokens // BLOCK_TOKENS)
                 given, n = given + b, n + 1
-                calls.append(replace(c, prefix_blocks=tuple(range(COMMON_BLOCK_BASE, COMMON_BLOCK_BASE + b))))
+                own = max(0, -(-c.prompt_tokens // BLOCK_TOKENS) - b)
+                calls.append(replace(c, prefix_blocks=tuple(range(COMMON_BLOCK_BASE, COMMON_BLOCK_BASE + b))
+                                     + tuple(range(CALL_BLOCK_BASE + next_own, CALL_BLOCK_BASE + next_own + own))))
+                next_own += own
             steps.append(StepPlan(s.name, tuple(calls)))
         out.append(replace(p, steps=tuple(steps)))
     return out, given / n if n else 0.0

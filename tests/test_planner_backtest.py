@@ -13,7 +13,7 @@ import pytest
 
 from planner.backtest import compare
 from planner.incidents import for_candidate, infer_incidents
-from planner.workload import (BLOCK_TOKENS, impute_tails, share_common_prefix, sharing_fraction,
+from planner.workload import (BLOCK_TOKENS, CALL_BLOCK_BASE, impute_tails, share_common_prefix, sharing_fraction,
                               sharing_potential)
 from serving.emulator.faults import FaultEvent
 from serving.plans import CallPlan, StepPlan, TaskPlan
@@ -106,13 +106,30 @@ def test_a_common_prefix_covers_about_the_measured_share_of_prompt_tokens():
     # gives every second call a third block: the 2nd (2048 tokens)
     assert BLOCK_TOKENS == 512
     plans = [_task("a", 0.0, [[4096], [2048]]), _task("b", 1.0, [[600]], "chat")]
+
+    def common(out):
+        return [tuple(b for b in c.prefix_blocks if b < CALL_BLOCK_BASE) for p in out for s in p.steps for c in s.calls]
+
     out, blocks = share_common_prefix(plans, 1536 / 6744)
     first = out[0].steps[0].calls[0].prefix_blocks[0]
-    assert [c.prefix_blocks for p in out for s in p.steps for c in s.calls] == [(first,)] * 3 and blocks == 1
+    assert common(out) == [(first,)] * 3 and blocks == 1
     out, blocks = share_common_prefix(plans, 2560 / 6744)
-    assert [len(c.prefix_blocks) for p in out for s in p.steps for c in s.calls] == [2, 2, 1]
+    assert [len(c) for c in common(out)] == [2, 2, 1]
     out, blocks = share_common_prefix(plans, (2560 + 3584) / 2 / 6744)
-    assert [len(c.prefix_blocks) for p in out for s in p.steps for c in s.calls] == [2, 3, 1]
+    assert [len(c) for c in common(out)] == [2, 3, 1]
+
+
+def test_a_call_s_own_blocks_follow_the_common_ones_so_its_retry_finds_them():
+    # the rest of each prompt is blocks of the call's own, ids no other call has: 4096 tokens = 8 blocks,
+    # 2 common + 6 own; 2048 = 4 blocks, 3 + 1; 600 tokens = 1 whole block + 88 tokens, 1 common + 1 own
+    # (the part block). A retry sends the same call, so on the replica that prefilled them it hits them.
+    plans = [_task("a", 0.0, [[4096], [2048]]), _task("b", 1.0, [[600]], "chat")]
+    out, _ = share_common_prefix(plans, (2560 + 3584) / 2 / 6744)
+    calls = [c.prefix_blocks for p in out for s in p.steps for c in s.calls]
+    own = [tuple(b for b in c if b >= CALL_BLOCK_BASE) for c in calls]
+    assert [len(c) for c in calls] == [8, 4, 2] and [len(o) for o in own] == [6, 1, 1]
+    assert own == [tuple(range(CALL_BLOCK_BASE, CALL_BLOCK_BASE + 6)), (CALL_BLOCK_BASE + 6,), (CALL_BLOCK_BASE + 7,)]
+    assert all(c[len(c) - len(o):] == o for c, o in zip(calls, own))  # the common blocks come first
 
 
 def test_a_task_failed_on_a_failed_call_gets_the_steps_it_never_reached():
@@ -195,16 +212,17 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_recommends(d
     assert all(v["ttft_error"] <= 0.10 for v in bt["types"].values()), bt["types"]
     assert bt["passed"], bt["problems"]
     # The demo's budgets (infercost/demo.py SLO_MS) are what its fleet serves on a quiet hour; fault-free, the
-    # current fleet misses research agents' (83 % of them within budget and not failed by the fleet, measured:
+    # current fleet misses research agents' (under 95 % of them within budget and not failed by the fleet:
     # calls queued behind its --max-num-seqs 4 time out), and two 4x H100 replicas at --max-num-seqs 16 meet
-    # every type's for less (CPST $0.2697 vs $0.3244, measured) but not under the day's incident.
+    # every type's for less (CPST $0.2695 vs $0.3243, measured), under the day's incident too.
     current = next(r for r in run.results if r.name == run.current)
+    print(f"current fleet fault-free: research agents {current.per_type['research_agent']['slo_attainment']:.1%} "
+          f"within budget; {run.message}")
     assert not current.meets_slo and current.per_type["research_agent"]["slo_attainment"] < 0.95
     assert run.status == "recommended", run.message
     best = next(r for r in run.results if r.name == run.recommended)
     assert best.meets_slo and all(v["slo_attainment"] >= 0.95 for v in best.per_type.values()), best.per_type
     assert best.spec["label"].startswith("2x 4xH100 seqs 16"), best.spec
     assert best.cpst_usd < current.cpst_usd and 0.10 < run.saving_ratio < 0.25, (best.cpst_usd, current.cpst_usd)
-    assert "meets every SLO; on a quiet day only: under the measured incidents research_agent" in run.message, \
-        run.message
-    assert not run.incidents[run.recommended]["meets_slo"]
+    assert "meets every SLO; also under the measured incidents" in run.message, run.message
+    assert run.incidents[run.recommended]["meets_slo"]

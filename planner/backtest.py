@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from planner.workload import num
+from schema.queries import num
 
 ALL_HOURS = "1970-01-01T00:00:00"
 DRIVER_TOLERANCE = 0.10

@@ -69,27 +69,14 @@ class Scratch:
         scratch.drop()  # always fresh: a scratch database left by a killed run starts over
         store = scratch.store = connect(url, database)
         migrate(store, retention_days=3650)  # replayed periods may lie in the past: no TTL surprise
-        jobs.stop(store)  # the explicit runner computes the window; the periodic chain must not
+        # the explicit runner computes the window; the periodic chain must not. Stopping waits for the
+        # refresh migrate started (it computes now minus a day and would append its rows to the first
+        # replay's); then the tables are emptied.
+        jobs.stop(store)
         for statement in _statements("scratch_prune") + _statements("scratch_null_traces"):
             store.command(statement, tag="planner.scratch.prune")
-        scratch.settle()
+        scratch.reset()
         return scratch
-
-    def settle(self, timeout_s: float = 300.0) -> None:
-        """Wait for the refreshes of the periodic chain that were running when it was stopped (``SYSTEM
-        STOP VIEW`` does not cancel a refresh in flight: the one migrate starts can still be computing its
-        window, now minus a day, when the first replay's rows arrive, and append its own rows to the
-        replay's), then empty the tables. Raises RuntimeError when one is still running after ``timeout_s``."""
-        import time
-
-        from schema import jobs
-
-        deadline = time.monotonic() + timeout_s
-        while (jobs.status(self.store)["status"] == "Running").any():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"a refresh of the scratch store's cost chain still runs after {timeout_s:g} s")
-            time.sleep(0.2)
-        self.reset()
 
     def reset(self) -> None:
         from schema.store import validate_identifier

@@ -53,7 +53,7 @@ class DiskGuard:
             return
         try:
             if self.free_bytes < self.min_free_bytes or (self.low and self.free_bytes < 2 * self.min_free_bytes):
-                jobs.stop(self.store)  # every tick while low: whoever starts the jobs meanwhile is overruled
+                jobs.stop(self.store, wait_s=None)  # every tick while low: whoever starts the jobs meanwhile is overruled
                 if not self.low:
                     log.warning("store disk nearly full (%d bytes free < %d): cost jobs paused until space returns",
                                 self.free_bytes, self.min_free_bytes)

@@ -289,10 +289,22 @@ def refresh(store) -> None:
             stop(store)
 
 
-def stop(store) -> None:
-    """Stop the periodic chain's schedule in this database (``SYSTEM STOP VIEW``); for benchmarks."""
+def stop(store, wait_s: float | None = 300.0) -> None:
+    """Stop the periodic chain's schedule in this database (``SYSTEM STOP VIEW``) and wait until no refresh
+    runs. Stopping does not cancel a refresh in flight: one that started before the caller's rows arrived
+    would replace the live tables with a result without them after the caller's own run (and a
+    ``SYSTEM REFRESH VIEW`` of a view already refreshing only waits for that stale run). Raises
+    RuntimeError when a refresh still runs after ``wait_s`` seconds; ``wait_s=None`` does not wait (the
+    disk guard only has to keep new refreshes from starting)."""
     for statement in _statements("stop"):
         store.command(statement, tag="jobs.stop")
+    if wait_s is None:
+        return
+    deadline = time.monotonic() + wait_s
+    while (status(store)["status"] == "Running").any():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"a refresh of the cost chain still runs {wait_s:g} s after it was stopped")
+        time.sleep(0.2)
 
 
 def start(store) -> None:

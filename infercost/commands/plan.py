@@ -37,9 +37,9 @@ def command(since, until, candidates_file, slo_file, workers, budget, max_candid
             clickhouse_url):
     """Replay the measured workload on candidate fleets and policies; recommend the cheapest that meets every SLO.
 
-    The backtest comes first: the current fleet replayed on its own period must reproduce the
-    measured cost per successful task and p95 TTFT within the tolerance (10 %), else nothing is
-    recommended. Money in USD over the period; latencies in seconds. Needs the cost jobs to have
+    The backtest comes first: the current fleet replayed on its own period, with the incidents the
+    store knows (slowed and crashed replicas), must reproduce the measured cost per successful task
+    and each task type's p95 TTFT within the tolerance (10 %), else nothing is recommended. Money in USD over the period; latencies in seconds. Needs the cost jobs to have
     run over the period (infercost cost --recompute --since ...).
     """
     from planner import report, results

@@ -5,7 +5,8 @@ its line, as for fleet.yaml)::
 
     slo_target: 0.95          # share of a task type's tasks that must succeed within its budgets
     tolerance: 0.10           # the backtest's accepted relative error (CPST, p95 TTFT)
-    backtest_seeds: 5         # replays of the current fleet the backtest takes the median of
+    backtest_seeds: 5         # replays of the current fleet the backtest takes the median of (for a day;
+                              # a longer period takes fewer: a week one)
     prefix_sharing: auto      # how the measured hit rate is replayed: common (every call's first blocks) | task
                               # (a task's calls share its context) | auto (task when the rate is near its bound)
     current:                  # what the telemetry cannot tell about the current fleet
@@ -30,6 +31,8 @@ its line, as for fleet.yaml)::
       max_replicas: 8
       max_num_seqs: [16, 64, 256]
       policies: [least_loaded]
+      screen_hours: 24        # a period longer than 1.5x this is searched on its busiest window (0: never)
+      finalists: 2            # the window's cheapest candidates meeting every SLO, replayed over the period
 
 Prices of the scratch stores are the store's own ``gpu_prices`` (so a replay is priced exactly as
 the measured period), plus ``usd_per_gpu_hour`` of GPU types the store has no price for.
@@ -101,6 +104,8 @@ class SearchSpec(_Strict):
     max_replicas: int = Field(default=8, ge=1, le=256)
     max_num_seqs: list[int] = Field(default_factory=lambda: [16, 64, 256])
     policies: list[str] = Field(default_factory=lambda: ["least_loaded"])
+    screen_hours: float = Field(default=24.0, ge=0, le=24 * 31)
+    finalists: int = Field(default=2, ge=1, le=20)
 
 
 class PlanConfig(_Strict):

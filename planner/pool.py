@@ -30,7 +30,7 @@ def _worker(index: int, workload_path: str, scratch_dir: str, fleet_base: dict, 
             jobs: mp.Queue, results: mp.Queue) -> None:
     try:
         with open(workload_path, "rb") as fh:
-            workload = pickle.load(fh)
+            workloads = pickle.load(fh)
         scratch = Scratch.open(f"chdb://{Path(scratch_dir) / f'worker-{index}'}")
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises
         results.put(("fatal", index, traceback.format_exc(limit=5)))
@@ -40,9 +40,9 @@ def _worker(index: int, workload_path: str, scratch_dir: str, fleet_base: dict, 
         job = jobs.get()
         if job is None:
             break
-        key, candidate, plans, faults, compare, job_seed = job
+        key, on, candidate, plans, faults, compare, job_seed = job
         try:
-            result = evaluate(scratch, workload, candidate, fleet_base, plans=plans,
+            result = evaluate(scratch, workloads[on], candidate, fleet_base, plans=plans,
                               seed=seed if job_seed is None else job_seed, slo_target=slo_target,
                               report=lambda n, k=key: results.put(("progress", k, n)), faults=faults,
                               compare=compare)
@@ -57,11 +57,15 @@ class Evaluator:
     """Evaluate batches of candidates (``evaluate_many``) on ``workers`` processes; a context manager.
 
     ``progress``: show a tqdm bar (units: simulated tasks, plus the cost jobs' share) with ETA.
+    ``windows``: more workloads by name (windows of the period, ``screen.py``) candidates may be replayed
+    on (``evaluate_many(..., on=name)``); they travel to the workers with the period's.
     """
 
     def __init__(self, workload, fleet_base: dict, *, workers: int = 2, slo_target: float = 0.95, seed: int = 0,
-                 scratch_dir: str | Path | None = None, progress: bool = True, inprocess_url: str = "chdb://memory"):
+                 scratch_dir: str | Path | None = None, progress: bool = True, inprocess_url: str = "chdb://memory",
+                 windows: dict | None = None):
         self.workload, self.fleet_base = workload, fleet_base
+        self.workloads = {"full": workload, **(windows or {})}
         self.workers, self.slo_target, self.seed = max(0, int(workers)), slo_target, seed
         self.inprocess_url = inprocess_url
         self.progress = progress
@@ -84,7 +88,7 @@ class Evaluator:
         ctx = mp.get_context("spawn")
         path = self._dir / "workload.pickle"
         with open(path, "wb") as fh:
-            pickle.dump(self.workload, fh, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(self.workloads, fh, protocol=pickle.HIGHEST_PROTOCOL)
         self._jobs, self._results = ctx.Queue(), ctx.Queue()
         for i in range(self.workers):
             proc = ctx.Process(target=_worker, name=f"infercost-plan-{i}", daemon=True,
@@ -115,23 +119,27 @@ class Evaluator:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ work
-    def units(self, plans=None) -> int:
+    def units(self, plans=None, on: str = "full") -> int:
         """Progress units of one candidate: its simulated tasks plus the cost jobs' share."""
-        n_tasks = len(plans if plans is not None else self.workload.plans)
+        n_tasks = len(plans if plans is not None else self.workloads[on].plans)
         return n_tasks + max(1, int(n_tasks * JOBS_SHARE))
 
-    def expect(self, candidates: int) -> None:
-        """Size the bar for ``candidates`` more (the search's bound), so its ETA covers the whole run."""
+    def expect(self, candidates: dict[str, int]) -> None:
+        """Size the bar for ``candidates`` more replays per workload (``{"full": n, "screen": m}``: the
+        search's bound), so its ETA covers the whole run."""
         if self.bar is not None:
-            self.bar.total = max(self.bar.total, self.committed + candidates * self.units())
+            more = sum(n * self.units(on=on) for on, n in candidates.items() if n)
+            self.bar.total = max(self.bar.total, self.committed + more)
             self.bar.refresh()
 
     def _advance(self, n: int) -> None:
         if self.bar is not None:
             self.bar.update(n)
 
-    def evaluate_many(self, candidates, plans=None, faults=None, compare=None, seeds=None) -> list[CandidateResult]:
-        """Evaluate ``candidates`` (on ``plans``, default the workload's); results in the same order.
+    def evaluate_many(self, candidates, plans=None, faults=None, compare=None, seeds=None,
+                      on: str = "full") -> list[CandidateResult]:
+        """Evaluate ``candidates`` (on ``plans``, default those of the workload ``on``: "full", the
+        period's, or the name of one of ``windows``); results in the same order.
 
         ``faults``: one ``FaultEvent`` list per candidate (None: all fault-free); ``compare``: the
         backtest's excluded windows (``evaluate.evaluate``); ``seeds``: one replay seed per candidate
@@ -141,7 +149,7 @@ class Evaluator:
         candidates = list(candidates)
         faults = list(faults) if faults is not None else [None] * len(candidates)
         seeds = list(seeds) if seeds is not None else [None] * len(candidates)
-        units = self.units(plans)
+        units = self.units(plans, on)
         self.committed += units * len(candidates)
         if self.bar is not None:
             self.bar.total = max(self.bar.total, self.committed)
@@ -149,10 +157,10 @@ class Evaluator:
         if self.workers == 0:
             out = []
             for c, f, sd in zip(candidates, faults, seeds):
-                out.append(self._one_inprocess(c, plans, f, compare, sd))
+                out.append(self._one_inprocess(c, plans, f, compare, sd, on))
             return out
         for i, (c, f, sd) in enumerate(zip(candidates, faults, seeds)):
-            self._jobs.put((i, c, plans, f, compare, sd))
+            self._jobs.put((i, on, c, plans, f, compare, sd))
         done: dict[int, CandidateResult] = {}
         got: dict[int, int] = {}
         while len(done) < len(candidates):
@@ -174,8 +182,8 @@ class Evaluator:
         self.evaluated += len(candidates)
         return [done[i] for i in range(len(candidates))]
 
-    def _one_inprocess(self, candidate, plans, faults=None, compare=None, seed=None) -> CandidateResult:
-        units = self.units(plans)
+    def _one_inprocess(self, candidate, plans, faults=None, compare=None, seed=None, on="full") -> CandidateResult:
+        units = self.units(plans, on)
         seen = [0]
 
         def report(n):
@@ -183,7 +191,7 @@ class Evaluator:
             self._advance(n)
 
         try:
-            result = evaluate(self._scratch, self.workload, candidate, self.fleet_base, plans=plans,
+            result = evaluate(self._scratch, self.workloads[on], candidate, self.fleet_base, plans=plans,
                               seed=self.seed if seed is None else seed, slo_target=self.slo_target, report=report,
                               faults=faults, compare=compare)
         except Exception as exc:  # noqa: BLE001 - as in the workers

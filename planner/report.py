@@ -170,7 +170,9 @@ def render(plan) -> str:
     bt = plan.backtest
     lines = [f"Planner run {plan.run_id}: {plan.start:%Y-%m-%d %H:%M} .. {plan.end:%Y-%m-%d %H:%M} UTC "
              f"({plan.workload['tasks']} tasks, {plan.workload['calls']} calls)", ""]
-    lines.append("Backtest (current fleet replayed on its own period):")
+    replays = bt.get("replays") or 1
+    lines.append("Backtest (current fleet replayed on its own period" +
+                 (f"; the median of {replays} replays):" if replays > 1 else "):"))
     lines.append(f"  CPST      measured {_f(bt.get('measured_cpst_usd'), '${:.4f}')}  replayed "
                  f"{_f(bt.get('replayed_cpst_usd'), '${:.4f}')}  error {_f(bt.get('cpst_error'), '{:.1%}')}")
     lines.append(f"  p95 TTFT  measured {_f(bt.get('measured_ttft_p95_s'), '{:.3f} s')}  replayed "
@@ -215,6 +217,17 @@ def render(plan) -> str:
                          f"{', '.join(flags)}")
         lines.append("")
         lines += _waste_table(plan.results) + [""] + _type_table(plan) + [""]
+    if plan.screened:
+        sc = plan.screen
+        lines.append(f"Compared on the busiest day ({sc['start'][:16]} .. {sc['end'][:16]} UTC, {sc['tasks']} tasks); "
+                     f"the cheapest meeting every SLO there were replayed over the whole period (above):")
+        for r in sorted(plan.screened, key=lambda r: (r.cpst_usd is None, r.cpst_usd or 0, r.name)):
+            flags = ", ".join(f for f, on in (("current", r.name == plan.current), ("meets SLO", r.meets_slo),
+                                                ("replayed over the period", any(x.name == r.name for x in plan.results)),
+                                                (f"error: {r.error}", bool(r.error))) if on)
+            lines.append(f"  {r.name[:28]:<28} {r.spec.get('label', '')[:44]:<44} CPST {_f(r.cpst_usd)}  "
+                         f"TTFT95 {_f(r.ttft_p95_s, '{:.2f}'):>6}  SLO min {_f(r.slo_attainment_min, '{:.1%}'):>6}  {flags}")
+        lines.append("")
     lines.append(f"Recommendation: {plan.message}")
     if plan.incidents:
         lines.append("")
@@ -225,7 +238,8 @@ def render(plan) -> str:
                          f"{'meets every SLO' if v.get('meets_slo') else 'misses: ' + v.get('worst', '')}")
     if plan.levers:
         lines.append("")
-        lines.append("Levers (each a planner candidate changing one move):")
+        lines.append("Levers (each a planner candidate changing one move" +
+                     ("; figures of the busiest day, where they were compared):" if plan.screened else "):"))
         for lv in plan.levers:
             if lv["candidate"] is None:
                 lines.append(f"  {lv['title']:<38} {lv['note']}")
@@ -238,5 +252,6 @@ def render(plan) -> str:
     lines.append("Assumptions:")
     for key, value in plan.assumptions.items():
         lines.append(f"  {key}: {value}")
-    lines.append(f"Search: {plan.stopped}; {len(plan.results)} candidates in {plan.wall_seconds:.0f} s")
+    screened = f" over the period ({len(plan.screened)} compared on the busiest day)" if plan.screened else ""
+    lines.append(f"Search: {plan.stopped}; {len(plan.results)} candidates{screened} in {plan.wall_seconds:.0f} s")
     return "\n".join(lines)

@@ -25,6 +25,13 @@ def _json(value) -> str:
     return json.dumps(value, default=str, sort_keys=True)
 
 
+def _screened(r) -> dict:
+    """A candidate as compared on the screening window (``planner.screen``): what the report's table shows."""
+    return {"candidate": r.name, "label": r.spec.get("label", ""), "origin": r.origin, "cpst_usd": r.cpst_usd,
+            "ttft_p95_s": r.ttft_p95_s, "slo_attainment_min": r.slo_attainment_min, "meets_slo": bool(r.meets_slo),
+            "error": r.error}
+
+
 def save(store, run) -> None:
     """Insert ``run`` (a ``run.PlanResult``). Raises the store's typed errors."""
     bt = run.backtest
@@ -35,7 +42,8 @@ def save(store, run) -> None:
         run.recommended or "", run.saving_ratio, run.saving_usd, len(run.results), float(run.wall_seconds),
         run.message, _json({**run.assumptions, "diagnosis": run.diagnosis, "stopped": run.stopped,
                             "melange": run.melange, "backtest_types": bt.get("types", {}),
-                            "incidents": bt.get("incidents", {}), "under_incidents": run.incidents}),
+                            "incidents": bt.get("incidents", {}), "under_incidents": run.incidents,
+                            "screen": run.screen, "screened": [_screened(r) for r in run.screened]}),
         _json(run.workload), _json(run.levers)]], RUN_COLUMNS, tag="planner.save.run")
     rows, types = [], []
     for r in run.results:

@@ -11,9 +11,12 @@ cost jobs together). Steps, each reported through ``echo``:
    the minutes of incidents that cannot be modelled (``backtest.py``). On failure: stop, say per
    missed figure which hours and what in them departs, and recommend nothing;
 3. evaluate the operator's candidates, the one-move levers and Mélange's GPU mix, then local
-   search (``search.py``) within the budget;
-4. frontier, recommendation, levers (``report.py``); the recommendation and the frontier replayed
-   again under the measured incidents; store everything (``results.py``).
+   search (``search.py``) within the budget. A period longer than 1.5 days is searched on its
+   busiest day (``screen.py``), and the finalists (the cheapest candidates meeting every SLO there)
+   are replayed over the whole period;
+4. frontier, recommendation, levers (``report.py``) from the whole-period replays; the recommendation
+   and the frontier replayed again under the measured incidents (on the screened day when it holds
+   every incident); store everything (``results.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from planner.config import PlanConfig, fleet_base
 from planner.extract import extract_workload
 from planner.incidents import extract_incidents
 from planner.pool import Evaluator
+from planner.screen import backtest_replays, faults_within, incident_window, screening_window
 from planner.search import SearchState, lever_candidates, run_rounds
 from planner.workload import naive_utc
 from serving.emulator.profiles import PROFILES
@@ -58,6 +62,8 @@ class PlanResult:
     wall_seconds: float = 0.0
     melange: dict = field(default_factory=dict)
     incidents: dict = field(default_factory=dict)  # candidate -> its figures under the measured incidents
+    screened: list = field(default_factory=list)  # results on the screening window (empty: not screened)
+    screen: dict = field(default_factory=dict)  # the screening window: start, end, tasks
 
 
 def measured_figures(store, start: datetime, end: datetime, excluded=()) -> dict:
@@ -126,9 +132,14 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     config = config or PlanConfig()
     began = time.monotonic()
     start, end = naive_utc(start), naive_utc(end)
+    from schema.queries import planner as pq
+
+    first = pq.telemetry_start(store, start, end)
+    if first is not None and first > start:  # replicas the store never saw up would be billed idle in the replay
+        echo(f"planner: the store's telemetry of the period begins at {first:%Y-%m-%d %H:%M} UTC; replaying from there")
+        start = first
     echo(f"planner: extracting the workload of {start:%Y-%m-%d %H:%M} .. {end:%Y-%m-%d %H:%M} UTC")
     workload = extract_workload(store, start, end, slos=slos, sharing_model=config.prefix_sharing)
-    from schema.queries import planner as pq
 
     cur = config.current
     current, evidence = current_candidate(
@@ -153,17 +164,32 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
     first = list(user) + [c for group in levers.values() for c in group]
     do_search = s.enabled if search is None else search
     expected = s.max_candidates if do_search else min(s.max_candidates, 1 + len(first))
+    screen = screening_window(workload, s.screen_hours)
+    stress = None  # the window candidates are replayed on under the measured incidents (None: the period)
+    if screen is not None and incidents.faults:
+        stress = (screen if faults_within(incidents.faults, screen, workload) is not None
+                  else incident_window(workload, incidents.faults, s.screen_hours))
+    windows = {name: w for name, w in (("screen", screen), ("incidents", stress)) if w is not None}
+    k = backtest_replays(config.backtest_seeds, workload.seconds)
+    quiet = [current] if incidents.faults else []
     with Evaluator(workload, base, workers=workers, slo_target=config.slo_target, seed=seed, progress=progress,
-                   scratch_dir=scratch_dir, inprocess_url=inprocess_url) as evaluator:
-        evaluator.expect(expected)  # the bar's ETA covers the whole run (the search's bound)
-        # What happened, replayed with ``backtest_seeds`` seeds (the backtest judges their median), and
-        # the same fleet on a quiet day (the baseline candidates are compared with).
-        k = config.backtest_seeds
-        quiet = [current] if incidents.faults else []
+                   scratch_dir=scratch_dir, inprocess_url=inprocess_url, windows=windows) as evaluator:
+        # the bar's ETA covers the whole run (the search's bound, the replays under the incidents)
+        stressed = ({} if not incidents.faults else {"full": UNDER_INCIDENTS} if stress is None
+                    else {"incidents": 1 + UNDER_INCIDENTS})
+        if screen is None:
+            evaluator.expect({"full": k + len(quiet) + expected + stressed.get("full", 0)})
+        else:
+            evaluator.expect({"full": k + len(quiet) + s.finalists + stressed.get("full", 0), "screen": 1 + expected,
+                              "incidents": stressed.get("incidents", 0)})
+        # What happened, replayed ``k`` times (the backtest judges their median), and the same fleet on
+        # a quiet day (the baseline candidates are compared with).
+        began_backtest = time.monotonic()
         runs = evaluator.evaluate_many([current] * k + quiet,
                                        faults=[incidents.faults or None] * k + [None] * len(quiet),
                                        compare=incidents.windows,
                                        seeds=[seed + i for i in range(k)] + [seed] * len(quiet))
+        full_round_s = (time.monotonic() - began_backtest) / max(1, -(-(k + len(quiet)) // max(1, workers)))
         happened, replay = runs[0], runs[k] if quiet else runs[0]
         if k > 1:
             from planner.backtest import median_figures
@@ -172,6 +198,7 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
         state.results.append(replay)
         state.keys.add(current.key())
         run.backtest = report.backtest(measured, happened, config.tolerance)
+        run.backtest["replays"] = k
         if not run.backtest["passed"]:
             run.diagnosis = run.backtest["why"] or diagnose(measured["hourly"], happened.hourly)
             run.results = [replay]
@@ -182,6 +209,15 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
             return run
         echo(f"planner: backtest passed (CPST {run.backtest['cpst_error']:.1%}, p95 TTFT "
              f"{run.backtest['ttft_error']:.1%}); searching")
+        on, reserve_s = "full", 0.0
+        if screen is not None:
+            on = "screen"
+            run.screen = {"start": screen.start.isoformat(), "end": screen.end.isoformat(), "tasks": len(screen.plans)}
+            echo(f"planner: comparing candidates on the busiest {s.screen_hours:g} h ({screen.start:%Y-%m-%d %H:%M} .. "
+                 f"{screen.end:%Y-%m-%d %H:%M} UTC, {len(screen.plans)} of {len(workload.plans)} tasks); the "
+                 f"{s.finalists} cheapest meeting every SLO there are then replayed over the whole period")
+            state.results = [evaluator.evaluate_many([current], on="screen")[0]]
+            reserve_s = -(-s.finalists // max(1, workers)) * full_round_s
         if do_search:
             from planner.melange import propose
 
@@ -193,13 +229,16 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
                                        s.max_num_seqs, ttft_budget, s.max_replicas, current)
             first += mel
         run_rounds(evaluator, state, first, gpu_types=gpu_types, seqs_levels=s.max_num_seqs, policies=s.policies,
-                   max_replicas=s.max_replicas, budget_s=s.budget_s,
-                   max_candidates=s.max_candidates, search=do_search)
+                   max_replicas=s.max_replicas, budget_s=s.budget_s - reserve_s,
+                   max_candidates=s.max_candidates, search=do_search, on=on)
         run.stopped = state.stopped
-        run.results = state.results
-        _conclude(run, replay, levers, config)
+        if screen is None:
+            run.results = state.results
+            _conclude(run, replay, levers, config)
+        else:
+            _confirm(run, evaluator, state, replay, levers, config)
         if incidents.faults:
-            _under_incidents(run, evaluator, state, current, happened, incidents)
+            _under_incidents(run, evaluator, state, current, happened, incidents, workload, stress)
     run.wall_seconds = time.monotonic() - began
     return run
 
@@ -207,10 +246,40 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
 UNDER_INCIDENTS = 3  # candidates replayed again under the measured incidents: the recommendation, then the frontier
 
 
-def _under_incidents(run: PlanResult, evaluator, state, current: Candidate, happened, incidents) -> None:
+def _confirm(run: PlanResult, evaluator, state, replay, levers: dict, config: PlanConfig) -> None:
+    """After a search on the screening window: replay its ``finalists`` cheapest candidates meeting every
+    SLO over the whole period; the frontier and the recommendation come from those replays and the
+    current fleet's. The levers compare the screened day's figures (each move was replayed only there)."""
+    screened_current, run.screened = state.results[0], list(state.results)
+    ok = sorted((r for r in state.results if not r.error and r.meets_slo and r.cpst_usd is not None
+                 and r.name != replay.name), key=lambda r: (r.cpst_usd, r.gpus, r.name))
+    picked, seen = [], set()
+    for r in ok:  # a candidate that replayed the window exactly as a cheaper one (a batch size never reached)
+        same = (r.cpst_usd, r.ttft_p95_s, r.slo_attainment_min, r.successful_tasks, r.gpus)
+        if same not in seen and len(picked) < config.search.finalists:
+            seen.add(same)
+            picked.append(r)
+    finalists = [state.candidates[r.name] for r in picked]
+    run.results = [replay] + evaluator.evaluate_many(finalists)
+    _conclude(run, replay, levers, config)
+    lever_names = {m: [c.name for c in cs] for m, cs in levers.items()}
+    best = next((r for r in state.results if r.name == run.recommended), None)
+    run.levers = report.levers(state.results, screened_current, lever_names, best, config.slo_target)
+    day = evaluator.workloads["screen"]
+    # their USD covers the screened window; x to_period (the period's successful tasks per the day's, of
+    # the current fleet's replays) is the same CPST gap over the period
+    to_period = replay.successful_tasks / screened_current.successful_tasks if screened_current.successful_tasks else None
+    for lever in run.levers:
+        lever["window"] = {"start": day.start.isoformat(), "end": day.end.isoformat(), "to_period": to_period}
+
+
+def _under_incidents(run: PlanResult, evaluator, state, current: Candidate, happened, incidents, workload,
+                     stress) -> None:
     """Replay the recommendation and the cheapest frontier candidates meeting every SLO under the measured
     incidents (moved onto their replicas, ``incidents.for_candidate``), and say whether each meets its
-    SLOs only on a quiet day."""
+    SLOs only on a quiet day. ``stress``: a window of the period holding every incident (the period's
+    busiest such day, ``screen.incident_window``), which the replays then cover, the current fleet's
+    among them; None: the whole period."""
     from planner.incidents import for_candidate
 
     ids = list(current.replica_ids or ())
@@ -219,9 +288,18 @@ def _under_incidents(run: PlanResult, evaluator, state, current: Candidate, happ
                  and (r.name == run.recommended or r.name in run.frontier)),
                 key=lambda r: (r.name != run.recommended, r.cpst_usd))[:UNDER_INCIDENTS]
     picked = [state.candidates[r.name] for r in ok if r.name in state.candidates]
-    results = evaluator.evaluate_many(picked, faults=[for_candidate(incidents.faults, ids, types, c) for c in picked])
+    on, faults = "full", incidents.faults
+    if stress is not None:
+        on, faults, picked = "incidents", faults_within(incidents.faults, stress, workload), [current] + picked
+    results = evaluator.evaluate_many(picked, faults=[for_candidate(faults, ids, types, c) for c in picked], on=on)
+    if stress is not None:
+        happened, results = results[0], results[1:]
     run.incidents = {happened.name: _stress(happened)}
     run.incidents.update({r.name: _stress(r) for r in results})
+    run.assumptions["incidents replayed over"] = (
+        "the whole period" if stress is None else
+        f"{stress.start:%Y-%m-%d %H:%M} .. {stress.end:%Y-%m-%d %H:%M} UTC, the busiest day holding every incident "
+        f"({len(stress.plans)} tasks; the candidates' other days are their fault-free replays')")
     rec = run.incidents.get(run.recommended)
     if run.status == "recommended" and rec is not None:
         run.message += ("; also under the measured incidents" if rec["meets_slo"] else
@@ -245,8 +323,8 @@ def _conclude(run: PlanResult, replay, levers: dict, config: PlanConfig) -> None
     run.levers = report.levers(run.results, replay, lever_names, best, config.slo_target)
     if best is None:
         run.status = "no_feasible"
-        run.message = "none: no candidate met every SLO (the current fleet neither)" + _closest(run.results,
-                                                                                             config.slo_target)
+        run.message = "none: no candidate met every SLO (the current fleet neither)" + _closest(
+            run.results + run.screened, config.slo_target)
         return
     s = report.saving(replay, best)
     run.recommended, run.saving_ratio, run.saving_usd = best.name, s.ratio, s.usd

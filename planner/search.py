@@ -132,9 +132,10 @@ def cheapest_feasible(results):
 
 def run_rounds(evaluator, state: SearchState, first: list[Candidate], *, gpu_types: dict[str, str],
                seqs_levels: list[int], policies: list[str], max_replicas: int, budget_s: float, max_candidates: int,
-               search: bool) -> None:
-    """Evaluate ``first``, then local-search rounds (module docstring); results and the candidates
-    they came from go to ``state`` (local-search candidates are named ``search-NN``)."""
+               search: bool, on: str = "full") -> None:
+    """Evaluate ``first``, then local-search rounds (module docstring), each candidate replayed on the
+    evaluator's workload ``on``; results and the candidates they came from go to ``state`` (local-search
+    candidates are named ``search-NN``)."""
     width = max(2, 2 * max(1, evaluator.workers))
 
     def evaluate(batch):
@@ -152,7 +153,7 @@ def run_rounds(evaluator, state: SearchState, first: list[Candidate], *, gpu_typ
         if not batch:
             return []
         began = time.monotonic()
-        results = evaluator.evaluate_many(batch)
+        results = evaluator.evaluate_many(batch, on=on)
         rounds = math.ceil(len(batch) / max(1, evaluator.workers))
         state.per_round_s = (time.monotonic() - began) / max(1, rounds)
         state.results.extend(results)

@@ -3,6 +3,7 @@ run read back through the named queries, and the Planner page over it."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -163,6 +164,33 @@ def test_weekly_review_takes_its_levers_from_the_planner(saved):
     assert "Risk medium" in by["move"].method and ("risk", by["move"].detail[1][1]) == by["move"].detail[1]
     assert by["avoid"].saving_usd is None and "no candidate changed this move" in by["avoid"].method
     assert planner_levers(pq.run(saved, "no-such-run")) == []
+
+
+def test_a_run_screened_on_its_busiest_day_says_so_on_the_page_and_carries_its_levers_over_the_week(store):
+    from app.review.levers import planner_levers
+
+    run = _run()
+    # the week's replays: current and cheap; the busiest day's: every candidate, 200 of the week's 1000 successes
+    run.results = [CURRENT, CHEAP_OK]
+    day = [result(r.name, r.cpst_usd, r.ttft_p95_s, r.goodput_per_hour, r.meets_slo, successes=200,
+                  attain=r.slo_attainment_min) for r in ALL]
+    run.screened, run.screen = day, {"start": "2026-11-05T09:00:00", "end": "2026-11-06T09:00:00", "tasks": 210}
+    run.levers = report.levers(day, day[0], {}, day[1], 0.95)
+    for lever in run.levers:
+        lever["window"] = {"start": run.screen["start"], "end": run.screen["end"], "to_period": 1000 / 200}
+    results.save(store, run)
+    assert pq.run_candidates(store, "run-1")["candidate"].tolist() == ["cheap", "current"]  # the week's only
+    assumptions = json.loads(pq.run(store, "run-1")["assumptions"].iloc[0])
+    assert [c["candidate"] for c in assumptions["screened"]] == ["current", "cheap", "cheaper", "fast", "dominated"]
+    at = planner_page(store)
+    assert any("5 candidates were compared on the busiest day (2026-11-05T09:00 – 2026-11-06T09:00 UTC, 210 tasks)"
+               in c.value for c in at.caption)
+    move = {lv.move: lv for lv in planner_levers(pq.run(store, "run-1"))}["move"]
+    # (0.20 - 0.08) x 200 successes on the day = 24.0, over the week's 1000 successes: 120.0
+    assert move.saving_usd == pytest.approx(120.0) and "the busiest day's workload" in move.method
+    text = report.render(run)
+    assert "Compared on the busiest day (2026-11-05T09:00 .. 2026-11-06T09:00 UTC, 210 tasks)" in text
+    assert "figures of the busiest day" in text and "2 candidates over the period (5 compared on the busiest day)" in text
 
 
 def test_the_text_report_prints_the_backtest_first_and_every_measure():

@@ -180,7 +180,8 @@ def planner_levers(run_df) -> list[Lever]:
     """The four moves as the planner evaluated them (``schema.queries.planner.run`` row), or [] when
     there is no run: each lever is a candidate fleet that changes that one move, replayed on the
     week's own workload with the same cost jobs; saving = (CPST current - CPST candidate) x the
-    current replay's successful tasks, scaled to 7 days; risk = the SLO margin it leaves and its p95
+    current replay's successful tasks (of the period; a lever compared on the busiest day of a long
+    period is carried over the period's tasks), scaled to 7 days; risk = the SLO margin it leaves and its p95
     TTFT change (planner/report.py)."""
     import json
 
@@ -196,6 +197,11 @@ def planner_levers(run_df) -> list[Lever]:
     week = 7 * 86400 / period_s if period_s > 0 else 1.0
     out = []
     for lev in levers:
+        # a lever compared on the period's busiest day (planner/screen.py): its USD is that day's, and
+        # ``to_period`` carries the same CPST gap over the period's successful tasks
+        window = lev.get("window") or {}
+        scale = week * ((num(window.get("to_period")) or 1.0) if window else 1.0)
+        workload = "the busiest day's workload" if window else "the week's workload"
         source = f"Planner run {run['run_id']}"
         if lev.get("candidate") is None:
             out.append(Lever(lev["move"], lev["title"], None, "%", "predicted CPST saving", None,
@@ -209,8 +215,8 @@ def planner_levers(run_df) -> list[Lever]:
                      f"{fmt.wow(margin)} vs target, p95 TTFT {fmt.wow(change)}")
         out.append(Lever(
             lev["move"], lev["title"], num(lev.get("saving_ratio")), "%", "predicted CPST saving",
-            None if usd is None else usd * week,
-            f"{source}: the week's workload replayed in virtual time on {lev.get('label') or lev['candidate']} "
+            None if usd is None else usd * scale,
+            f"{source}: {workload} replayed in virtual time on {lev.get('label') or lev['candidate']} "
             f"and costed by the same cost jobs; saving = (CPST current - CPST candidate) x successful tasks, "
             f"per 7 days. Risk {risk_text}.",
             (("candidate", f"{lev['candidate']}: {lev.get('label') or ''}"), ("risk", risk_text))))

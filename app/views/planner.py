@@ -53,6 +53,12 @@ levers = json.loads(run["levers"] or "[]")
 st.caption(f"Replayed {run['period_start']:%Y-%m-%d %H:%M} – {run['period_end']:%Y-%m-%d %H:%M} UTC: "
            f"{workload.get('tasks', 0):,} tasks, {workload.get('calls', 0):,} calls; {int(run['candidates'])} "
            f"candidates in {fmt.seconds(run['wall_seconds'])}. Money is USD over that period.")
+screened, screen = assumptions.get("screened") or [], assumptions.get("screen") or {}
+if screened:
+    st.caption(f"{len(screened)} candidates were compared on the busiest day ({screen.get('start', '')[:16]} – "
+               f"{screen.get('end', '')[:16]} UTC, {screen.get('tasks', 0):,} tasks); the cheapest meeting every "
+               f"SLO there were replayed over the whole period, and only those are below. The levers' figures are "
+               f"the busiest day's.")
 
 # 1. The backtest comes first: a planner that cannot reproduce the past cannot predict.
 st.subheader("Backtest")
@@ -160,14 +166,14 @@ if len(cands):
 if levers:
     st.subheader("Levers")
     rows = [{"move": lv["title"], "saving": fmt.pct(lv.get("saving_ratio")),
-             "saving (USD, period)": fmt.usd(lv.get("saving_usd")), "risk": (lv.get("risk") or {}).get("level", "—"),
+             ("saving (USD, busiest day)" if screened else "saving (USD, period)"): fmt.usd(lv.get("saving_usd")), "risk": (lv.get("risk") or {}).get("level", "—"),
              "worst SLO margin": fmt.pct((lv.get("risk") or {}).get("slo_margin"), signed=True),
              "candidate": lv.get("candidate") or "—", "fleet": lv.get("label") or lv.get("note")} for lv in levers]
     ui.table(pd.DataFrame(rows), "planner_levers", f"planner-{run_id}-levers.csv")
 
 with st.expander("Assumptions (profiles and their sources, inferred settings)"):
     for key, value in assumptions.items():
-        if key in ("diagnosis", "melange"):
+        if key in ("diagnosis", "melange", "screen", "screened"):
             continue
         st.markdown(f"**{fmt.md_escape(key)}**: {fmt.md_escape(value)}")
     if workload.get("hourly_tasks"):

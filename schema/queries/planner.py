@@ -59,6 +59,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "planner_incident_alerts": ("alert_id", "rule", "replica", "began", "resolved", "last_summary"),
     "planner_replica_speed": ("minute", "replica", "up", "running_avg", "queue_waiting_avg", "generation_tokens",
                               "itl_p50_s"),
+    "planner_telemetry_span": ("first_minute", "up_minutes"),
     "planner_gpu_prices": ("gpu_type", "valid_from", "usd_per_gpu_hour"),
     "planner_cost_settings": ("w_prefill", "w_decode", "abandon_timeout_s", "default_gpu_type", "default_gpu_count",
                               "job_window_s", "max_call_s", "task_lookback_s"),
@@ -171,6 +172,14 @@ def replica_speed(store, start: datetime, end: datetime) -> pd.DataFrame:
     """Per fleet replica and minute: ``minute``, ``replica``, ``up`` (0/1), ``running_avg``,
     ``queue_waiting_avg`` (requests), ``generation_tokens``, ``itl_p50_s`` (seconds, NaN: no call ended)."""
     return _period("planner_replica_speed", store, start, end)
+
+
+def telemetry_start(store, start: datetime, end: datetime) -> datetime | None:
+    """The first minute of ``[start, end)`` a fleet replica was up (naive UTC); None when none was."""
+    df = _period("planner_telemetry_span", store, start, end)
+    if not len(df) or not int(df["up_minutes"].iloc[0] or 0):
+        return None
+    return queries.naive_utc(pd.Timestamp(df["first_minute"].iloc[0]).to_pydatetime())
 
 
 # --- stored results (migration 1008) -------------------------------------------------------------

@@ -76,6 +76,8 @@ candidates:
   - {name: op-2xh100-s32, pools: [{gpu_type: H100, count: 2, max_num_seqs: 32}]}
   - {name: op-3xh100-s8, pools: [{gpu_type: H100, count: 3, max_num_seqs: 8}]}
   - {name: op-1xh100-1xa100-s32, pools: [{gpu_type: H100, count: 1, max_num_seqs: 32}, {gpu_type: A100, count: 1, max_num_seqs: 32}]}
+  - {name: op-4xh100-s16, pools: [{gpu_type: H100, count: 4, max_num_seqs: 16}]}
+  - {name: op-1xh100-3xa100-s16, pools: [{gpu_type: H100, count: 1, max_num_seqs: 16}, {gpu_type: A100, count: 3, max_num_seqs: 16}]}
 """
 
 

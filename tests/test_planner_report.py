@@ -183,7 +183,7 @@ def test_a_run_screened_on_its_busiest_day_says_so_on_the_page_and_carries_its_l
     assumptions = json.loads(pq.run(store, "run-1")["assumptions"].iloc[0])
     assert [c["candidate"] for c in assumptions["screened"]] == ["current", "cheap", "cheaper", "fast", "dominated"]
     at = planner_page(store)
-    assert any("5 candidates were compared on the busiest day (2026-11-05T09:00 – 2026-11-06T09:00 UTC, 210 tasks)"
+    assert any("5 candidates were compared on the busiest day (2026-11-05 09:00 – 2026-11-06 09:00 UTC, 210 tasks)"
                in c.value for c in at.caption)
     move = {lv.move: lv for lv in planner_levers(pq.run(store, "run-1"))}["move"]
     # (0.20 - 0.08) x 200 successes on the day = 24.0, over the week's 1000 successes: 120.0

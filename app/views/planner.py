@@ -55,8 +55,8 @@ st.caption(f"Replayed {run['period_start']:%Y-%m-%d %H:%M} – {run['period_end'
            f"candidates in {fmt.seconds(run['wall_seconds'])}. Money is USD over that period.")
 screened, screen = assumptions.get("screened") or [], assumptions.get("screen") or {}
 if screened:
-    st.caption(f"{len(screened)} candidates were compared on the busiest day ({screen.get('start', '')[:16]} – "
-               f"{screen.get('end', '')[:16]} UTC, {screen.get('tasks', 0):,} tasks); the cheapest meeting every "
+    st.caption(f"{len(screened)} candidates were compared on the busiest day "
+               f"({screen.get('start', '')[:16].replace('T', ' ')} – {screen.get('end', '')[:16].replace('T', ' ')} UTC, {screen.get('tasks', 0):,} tasks); the cheapest meeting every "
                f"SLO there were replayed over the whole period, and only those are below. The levers' figures are "
                f"the busiest day's.")
 

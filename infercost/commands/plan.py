@@ -39,8 +39,11 @@ def command(since, until, candidates_file, slo_file, workers, budget, max_candid
 
     The backtest comes first: the current fleet replayed on its own period, with the incidents the
     store knows (slowed and crashed replicas), must reproduce the measured cost per successful task
-    and each task type's p95 TTFT within the tolerance (10 %), else nothing is recommended. Money in USD over the period; latencies in seconds. Needs the cost jobs to have
-    run over the period (infercost cost --recompute --since ...).
+    and each task type's p95 TTFT within the tolerance (10 %), else nothing is recommended. A period
+    longer than 1.5 days is searched on its busiest day, and the cheapest candidates meeting every SLO
+    there are replayed over the whole period (search.screen_hours in the candidates file; 0 = never).
+    The period starts where the store's telemetry does. Money in USD over the period; latencies in
+    seconds. Needs the cost jobs to have run over the period (infercost cost --recompute --since ...).
     """
     from planner import report, results
     from planner.candidates import CandidateError

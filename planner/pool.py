@@ -64,7 +64,7 @@ class Evaluator:
     def __init__(self, workload, fleet_base: dict, *, workers: int = 2, slo_target: float = 0.95, seed: int = 0,
                  scratch_dir: str | Path | None = None, progress: bool = True, inprocess_url: str = "chdb://memory",
                  windows: dict | None = None):
-        self.workload, self.fleet_base = workload, fleet_base
+        self.fleet_base = fleet_base
         self.workloads = {"full": workload, **(windows or {})}
         self.workers, self.slo_target, self.seed = max(0, int(workers)), slo_target, seed
         self.inprocess_url = inprocess_url

@@ -21,6 +21,7 @@ cost jobs together). Steps, each reported through ``echo``:
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -189,7 +190,7 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
                                        faults=[incidents.faults or None] * k + [None] * len(quiet),
                                        compare=incidents.windows,
                                        seeds=[seed + i for i in range(k)] + [seed] * len(quiet))
-        full_round_s = (time.monotonic() - began_backtest) / max(1, -(-(k + len(quiet)) // max(1, workers)))
+        full_round_s = (time.monotonic() - began_backtest) / math.ceil((k + len(quiet)) / max(1, workers))
         happened, replay = runs[0], runs[k] if quiet else runs[0]
         if k > 1:
             from planner.backtest import median_figures
@@ -217,7 +218,7 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
                  f"{screen.end:%Y-%m-%d %H:%M} UTC, {len(screen.plans)} of {len(workload.plans)} tasks); the "
                  f"{s.finalists} cheapest meeting every SLO there are then replayed over the whole period")
             state.results = [evaluator.evaluate_many([current], on="screen")[0]]
-            reserve_s = -(-s.finalists // max(1, workers)) * full_round_s
+            reserve_s = math.ceil(s.finalists / max(1, workers)) * full_round_s
         if do_search:
             from planner.melange import propose
 

@@ -43,11 +43,18 @@ def window(workload: Workload, from_s: float, to_s: float) -> Workload:
                    hourly=hourly_counts(plans, to_s - from_s))
 
 
-def screening_window(workload: Workload, screen_hours: float) -> Workload | None:
-    """The busiest ``screen_hours`` of ``workload`` (None: the period is too short to screen, or 0 hours)."""
+def _window_hours(workload: Workload, screen_hours: float) -> int | None:
+    """Whole hours of the screening window; None when ``workload`` is not screened (too short, or 0 hours)."""
     if screen_hours <= 0 or workload.seconds <= SCREEN_FROM * screen_hours * HOUR:
         return None
-    hours = max(1, int(round(screen_hours)))
+    return max(1, int(round(screen_hours)))
+
+
+def screening_window(workload: Workload, screen_hours: float) -> Workload | None:
+    """The busiest ``screen_hours`` of ``workload`` (None: the period is too short to screen, or 0 hours)."""
+    hours = _window_hours(workload, screen_hours)
+    if hours is None:
+        return None
     first = busiest_window(workload.hourly, hours)
     return window(workload, first * HOUR, min(workload.seconds, (first + hours) * HOUR))
 
@@ -56,9 +63,9 @@ def incident_window(workload: Workload, faults: list, screen_hours: float) -> Wo
     """The busiest ``screen_hours`` of ``workload`` that hold every fault (seconds from its start), for
     replaying candidates under the measured incidents; None when there are no faults, the period is
     not screened, or the faults span more than the window."""
-    if not faults or screen_hours <= 0 or workload.seconds <= SCREEN_FROM * screen_hours * HOUR:
+    hours = _window_hours(workload, screen_hours)
+    if not faults or hours is None:
         return None
-    hours = max(1, int(round(screen_hours)))
     first = min(f.at_s for f in faults)
     last = max(f.until_s if f.until_s is not None else f.at_s for f in faults)
     lo = max(0, math.ceil((last - hours * HOUR) / HOUR))

@@ -55,10 +55,10 @@ st.caption(f"Replayed {run['period_start']:%Y-%m-%d %H:%M} – {run['period_end'
            f"candidates in {fmt.seconds(run['wall_seconds'])}. Money is USD over that period.")
 screened, screen = assumptions.get("screened") or [], assumptions.get("screen") or {}
 if screened:
-    st.caption(f"{len(screened)} candidates were compared on the busiest day "
-               f"({screen.get('start', '')[:16].replace('T', ' ')} – {screen.get('end', '')[:16].replace('T', ' ')} UTC, {screen.get('tasks', 0):,} tasks); the cheapest meeting every "
-               f"SLO there were replayed over the whole period, and only those are below. The levers' figures are "
-               f"the busiest day's.")
+    day_from, day_to = (screen.get(k, "")[:16].replace("T", " ") for k in ("start", "end"))
+    st.caption(f"{len(screened)} candidates were compared on the busiest day ({day_from} – {day_to} UTC, "
+               f"{screen.get('tasks', 0):,} tasks); the cheapest meeting every SLO there were replayed over the "
+               f"whole period, and only those are below. The levers' figures are the busiest day's.")
 
 # 1. The backtest comes first: a planner that cannot reproduce the past cannot predict.
 st.subheader("Backtest")
@@ -166,7 +166,8 @@ if len(cands):
 if levers:
     st.subheader("Levers")
     rows = [{"move": lv["title"], "saving": fmt.pct(lv.get("saving_ratio")),
-             ("saving (USD, busiest day)" if screened else "saving (USD, period)"): fmt.usd(lv.get("saving_usd")), "risk": (lv.get("risk") or {}).get("level", "—"),
+             ("saving (USD, busiest day)" if screened else "saving (USD, period)"): fmt.usd(lv.get("saving_usd")),
+             "risk": (lv.get("risk") or {}).get("level", "—"),
              "worst SLO margin": fmt.pct((lv.get("risk") or {}).get("slo_margin"), signed=True),
              "candidate": lv.get("candidate") or "—", "fleet": lv.get("label") or lv.get("note")} for lv in levers]
     ui.table(pd.DataFrame(rows), "planner_levers", f"planner-{run_id}-levers.csv")

@@ -274,19 +274,49 @@ def refresh(store) -> None:
 
     Uses ``SYSTEM REFRESH VIEW`` / ``SYSTEM WAIT VIEW`` view by view in dependency order (works on
     chDB in an Atomic database and on a server). A stopped chain (:func:`stop`) would hold the
-    request until it is started, so it is started for the run and stopped again (a run it missed
-    while stopped may fire at the start too: runs of the same data give the same rows). Raises
-    StoreError if a refresh fails (the message carries the view's exception).
+    request until it is started, so it is started for the run and stopped again. Raises StoreError
+    if a refresh fails (the message carries the view's exception).
+
+    A scheduled run due within ``SCHEDULE_MARGIN_S`` seconds, or missed while the chain was stopped,
+    is let run to its end first, and its live steps are run again before the run by hand. The steps
+    of a missed run fire as soon as they are started, each on whatever inputs it finds, and a run
+    stopped midway leaves the clock ahead of the live tables: the run's copies would then move stale
+    live rows to history and its watermark pass the minutes they lacked.
     """
     stopped = bool((status(store)["status"] == "Disabled").any())
+    rows = store.query((JOBS_DIR / "schedule_due.sql").read_text(),
+                       {"margin_s": 0 if stopped else SCHEDULE_MARGIN_S}, tag="jobs.refresh").result_rows
+    due = {view: when for view, when, soon in rows if soon}
     if stopped:
         start(store)
     try:
-        for statement in _statements("refresh"):
+        statements = _statements("refresh")
+        if due:
+            _wait_for_runs(store, due)
+            # the live steps again first, on the clock that run left: the copies move what they wrote
+            first_live = statements.index("SYSTEM REFRESH VIEW cost_resolved_calls_mv")
+            statements = statements[first_live:] + statements
+        for statement in statements:
             store.command(statement, tag="jobs.refresh")
     finally:
         if stopped:
             stop(store)
+
+
+# A scheduled run due within this many seconds is let run before a run by hand.
+SCHEDULE_MARGIN_S = 10
+
+
+def _wait_for_runs(store, due: dict, wait_s: float = 300.0) -> None:
+    """Wait until each step in ``due`` ({view: server time}) has started a run at or after its time,
+    and no step of the chain runs or waits."""
+    query = (JOBS_DIR / "schedule_done.sql").read_text()
+    deadline = time.monotonic() + wait_s
+    for view, when in due.items():
+        while not store.scalar(query, {"view": view, "due": when}, tag="jobs.refresh"):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cost chain's step {view} has not run its run due at {when} after {wait_s:g} s")
+            time.sleep(0.1)
 
 
 def stop(store, wait_s: float | None = 300.0) -> None:

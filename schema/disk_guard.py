@@ -62,7 +62,8 @@ class DiskGuard:
                 jobs.start(self.store)
                 self.low = False
                 log.info("store disk has room again (%d bytes free): cost jobs resumed", self.free_bytes)
-        except StoreError as exc:  # store not connected yet, or views missing: try again next tick
+        # store not connected yet, views missing, or a missed run still running: try again next tick
+        except (StoreError, RuntimeError) as exc:
             log.debug("disk guard could not switch the jobs: %s", exc)
 
     def _run(self) -> None:

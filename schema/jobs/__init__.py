@@ -284,19 +284,12 @@ def refresh(store) -> None:
     live rows to history and its watermark pass the minutes they lacked.
     """
     stopped = bool((status(store)["status"] == "Disabled").any())
-    rows = store.query((JOBS_DIR / "schedule_due.sql").read_text(),
-                       {"margin_s": 0 if stopped else SCHEDULE_MARGIN_S}, tag="jobs.refresh").result_rows
-    due = {view: when for view, when, soon in rows if soon}
     if stopped:
         start(store)
+    else:
+        _let_scheduled_run_end(store, SCHEDULE_MARGIN_S)
     try:
-        statements = _statements("refresh")
-        if due:
-            _wait_for_runs(store, due)
-            # the live steps again first, on the clock that run left: the copies move what they wrote
-            first_live = statements.index("SYSTEM REFRESH VIEW cost_resolved_calls_mv")
-            statements = statements[first_live:] + statements
-        for statement in statements:
+        for statement in _statements("refresh"):
             store.command(statement, tag="jobs.refresh")
     finally:
         if stopped:
@@ -307,16 +300,30 @@ def refresh(store) -> None:
 SCHEDULE_MARGIN_S = 10
 
 
-def _wait_for_runs(store, due: dict, wait_s: float = 300.0) -> None:
-    """Wait until each step in ``due`` ({view: server time}) has started a run at or after its time,
-    and no step of the chain runs or waits."""
+def _due(store, margin_s: int) -> dict:
+    """{step: server time} of the steps whose scheduled run is due within ``margin_s`` seconds or was
+    missed (a step that waits for others has no time of its own)."""
+    rows = store.query((JOBS_DIR / "schedule_due.sql").read_text(), {"margin_s": margin_s},
+                       tag="jobs.schedule").result_rows
+    return {view: when for view, when, soon in rows if soon}
+
+
+def _let_scheduled_run_end(store, margin_s: int = 0, due: dict | None = None, wait_s: float = 300.0) -> None:
+    """Wait until each step due (``due``, else due within ``margin_s`` seconds) has started a run at or
+    after its time and no step runs or waits; then run the live steps again, on the clock that run left."""
+    due = _due(store, margin_s) if due is None else due
+    if not due:
+        return
     query = (JOBS_DIR / "schedule_done.sql").read_text()
     deadline = time.monotonic() + wait_s
     for view, when in due.items():
-        while not store.scalar(query, {"view": view, "due": when}, tag="jobs.refresh"):
+        while not store.scalar(query, {"view": view, "due": when}, tag="jobs.schedule"):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the cost chain's step {view} has not run its run due at {when} after {wait_s:g} s")
             time.sleep(0.1)
+    statements = _statements("refresh")
+    for statement in statements[statements.index("SYSTEM REFRESH VIEW cost_resolved_calls_mv"):]:
+        store.command(statement, tag="jobs.schedule")
 
 
 def stop(store, wait_s: float | None = 300.0) -> None:
@@ -338,9 +345,12 @@ def stop(store, wait_s: float | None = 300.0) -> None:
 
 
 def start(store) -> None:
-    """Resume the periodic chain's schedule (``SYSTEM START VIEW``)."""
+    """Resume the periodic chain's schedule (``SYSTEM START VIEW``). The run it missed while stopped
+    is let end and its live steps are run again (see :func:`refresh`)."""
+    due = _due(store, 0)
     for statement in _statements("start"):
         store.command(statement, tag="jobs.start")
+    _let_scheduled_run_end(store, due=due)
 
 
 def status(store):

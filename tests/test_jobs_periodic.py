@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 import pandas as pd
@@ -17,6 +18,7 @@ import pandas as pd
 from schema import jobs
 from schema.jobs import periodic, writeout
 from schema.migrate import migrate
+from schema.queries import cost
 from schema.store_errors import StoreQueryError
 from tests import test_cost_support as support
 from tests.test_cost_support import Spans, fleet_yaml, metrics_up, sync
@@ -80,8 +82,8 @@ def test_the_written_files_are_what_the_generator_writes_now():
 def _scenario(store, monkeypatch) -> datetime:
     """Two replicas over the last 25 minutes: a retried call whose first attempt broke (no engine span),
     engine counters that saw more tokens than the spans (the gap charge), a failed task, and one task
-    without a root span; the chain stopped, run by hand (once, or twice when a minute starts while it is
-    stopped: the schedule's missed run fires beside the refresh; the tests' figures are the same either way)."""
+    without a root span; the chain stopped, run by hand (after the run the schedule missed, when a minute
+    started while it was stopped: jobs.refresh lets that run end and runs its live steps again first)."""
     jobs.stop(store)
     base = datetime.now(timezone.utc).replace(tzinfo=None, second=0, microsecond=0) - timedelta(minutes=25)
     monkeypatch.setattr(support, "T0", base)
@@ -100,6 +102,25 @@ def _scenario(store, monkeypatch) -> datetime:
     jobs.refresh(store)
     assert (jobs.status(store)["exception"] == "").all()
     return base
+
+
+def test_a_run_the_stopped_chain_missed_moves_no_stale_rows_to_history(store, monkeypatch):
+    """A minute starts while the chain is stopped: the run it missed fires when jobs.refresh starts it, each
+    step as soon as it is started. The minutes that run's watermark passes are in history all the same."""
+    flush = Spans.flush
+
+    def flush_then_let_a_minute_start(spans, into):
+        flush(spans, into)
+        time.sleep(61 - time.time() % 60)
+
+    monkeypatch.setattr(Spans, "flush", flush_then_let_a_minute_start)
+    base = _scenario(store, monkeypatch)
+    mark = jobs.watermark(store)  # 20 min (window_s - 600) before the last run's minute: base + 6 min or later
+    assert mark >= base + timedelta(minutes=6)
+    below = cost.period_summary(store, base, mark).iloc[0]  # read from history only
+    assert below["requests"] == 2 and below["retry_waste_usd"] > 0  # task A's two attempts, at base + 61 s and 95 s
+    whole = cost.period_summary(store, base, base + timedelta(minutes=25)).iloc[0]
+    assert whole["requests"] == 5 and whole["failed_tasks"] == 1  # task B
 
 
 def _rows(store, query: str) -> pd.DataFrame:

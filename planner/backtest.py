@@ -80,7 +80,9 @@ def figures(store, start: datetime, end: datetime, excluded=()) -> dict:
 def median_figures(runs: list[dict]) -> dict:
     """One set of :func:`figures` from replays of the same fleet with other seeds: the median of every
     headline figure (a saturated hour's tail is chaotic: one replay's p95 moves by ~10 % with the seed),
-    the hours of the replay whose overall p95 TTFT is the median one."""
+    the hours of the replay whose overall p95 TTFT is the median one. The lowest and highest of each
+    headline figure are kept beside it (``*_range``): :func:`compare` says whether the measured figure lies
+    inside them (the seed could explain a miss) or not (the model does not)."""
     import statistics
 
     runs = [r for r in runs if r]
@@ -91,11 +93,18 @@ def median_figures(runs: list[dict]) -> dict:
         values = [v for v in values if v is not None]
         return statistics.median_low(values) if values else None
 
+    def span(values):
+        values = [v for v in values if v is not None]
+        return [min(values), max(values)] if values else None
+
     middle = sorted(runs, key=lambda r: r.get("ttft_p95_s") or 0.0)[(len(runs) - 1) // 2]
-    types = {t: {**middle["types"].get(t, {}), "ttft_p95_s": med(r["types"].get(t, {}).get("ttft_p95_s")
-                                                                   for r in runs)}
-             for t in {t for r in runs for t in r["types"]}}
+    types = {}
+    for t in {t for r in runs for t in r["types"]}:
+        values = [r["types"].get(t, {}).get("ttft_p95_s") for r in runs]
+        types[t] = {**middle["types"].get(t, {}), "ttft_p95_s": med(values), "ttft_p95_s_range": span(values)}
     return {**middle, "cpst_usd": med(r["cpst_usd"] for r in runs), "ttft_p95_s": med(r["ttft_p95_s"] for r in runs),
+            "cpst_usd_range": span(r["cpst_usd"] for r in runs),
+            "ttft_p95_s_range": span(r["ttft_p95_s"] for r in runs),
             "hit_rate": med(r["hit_rate"] for r in runs), "types": types, "seeds": len(runs)}
 
 
@@ -161,18 +170,30 @@ def _hour_gaps(measured: dict, replay: dict, task_type: str, figure: str) -> lis
     return [g for g in gaps if g[0] > 0][:TOP_HOURS]
 
 
+def _seeds(measured: float, spread: list | None, unit: str, seeds: int | None) -> str:
+    """" (5 replays: lo-hi, every one above the measured figure)" for a median of replays, else ""."""
+    if not spread or not seeds or seeds < 2:
+        return ""
+    lo, hi = spread
+    where = ("every one above the measured figure" if lo > measured else
+             "every one below the measured figure" if hi < measured else "the measured figure among them")
+    return f" ({seeds} replays: {unit.format(lo)} to {unit.format(hi)}, {where})"
+
+
 def compare(measured: dict, replay: dict, tolerance: float) -> dict:
     """Judge ``replay`` against ``measured`` (both :func:`figures`): CPST and p95 TTFT overall and the
     p95 TTFT of every task type with successful tasks on both sides. Returns ``{"errors": {figure:
     relative error}, "problems": [...], "why": [lines]}``: one problem per figure off by more than
     ``tolerance``, and under it the hours that contribute most and what differs in them."""
     errors, problems, why = {}, [], []
-    checks = [("CPST", "", "cpst", measured.get("cpst_usd"), replay.get("cpst_usd")),
-              ("p95 TTFT", "", "ttft", measured.get("ttft_p95_s"), replay.get("ttft_p95_s"))]
+    checks = [("CPST", "", "cpst", measured.get("cpst_usd"), replay.get("cpst_usd"), replay.get("cpst_usd_range")),
+              ("p95 TTFT", "", "ttft", measured.get("ttft_p95_s"), replay.get("ttft_p95_s"),
+               replay.get("ttft_p95_s_range"))]
     for t in sorted(measured.get("types", {})):
-        checks.append((f"p95 TTFT {t}", t, "ttft", measured["types"][t].get("ttft_p95_s"),
-                       replay.get("types", {}).get(t, {}).get("ttft_p95_s")))
-    for label, task_type, figure, a, b in checks:
+        replayed = replay.get("types", {}).get(t, {})
+        checks.append((f"p95 TTFT {t}", t, "ttft", measured["types"][t].get("ttft_p95_s"), replayed.get("ttft_p95_s"),
+                       replayed.get("ttft_p95_s_range")))
+    for label, task_type, figure, a, b, spread in checks:
         err = _rel(b, a)
         errors[label] = err
         if err is None:
@@ -183,7 +204,8 @@ def compare(measured: dict, replay: dict, tolerance: float) -> dict:
             continue
         unit = "${:.4f}" if figure == "cpst" else "{:.2f} s"
         problems.append(f"{label} off by {err:.1%} (> {tolerance:.0%})")
-        why.append(f"{label}: measured {unit.format(a)}, replayed {unit.format(b)}; the hours that contribute most:")
+        why.append(f"{label}: measured {unit.format(a)}, replayed {unit.format(b)}"
+                   f"{_seeds(a, spread, unit, replay.get('seeds'))}; the hours that contribute most:")
         for _, hour, text, mh, rh in _hour_gaps(measured, replay, task_type, figure):
             why.append(f"  {hour[:13]}h {task_type or 'all types'}: {text}; " + "; ".join(drivers(mh, rh, task_type)))
     return {"errors": errors, "problems": problems, "why": why}

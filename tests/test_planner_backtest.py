@@ -226,3 +226,29 @@ def test_the_demo_day_backtests_within_10_percent_per_task_type_and_recommends(d
     assert best.cpst_usd < current.cpst_usd and 0.10 < run.saving_ratio < 0.25, (best.cpst_usd, current.cpst_usd)
     assert "meets every SLO; also under the measured incidents" in run.message, run.message
     assert run.incidents[run.recommended]["meets_slo"]
+
+
+def test_a_miss_says_whether_the_measured_figure_lies_among_the_replays():
+    from planner.backtest import median_figures
+
+    runs = [_figures(0.20, 2.0, {"chat": chat, "copilot": copilot}, {})
+            for chat, copilot in ((21.0, 30.0), (24.0, 36.0), (27.0, 33.0))]
+    replay = median_figures(runs)
+    assert replay["types"]["chat"]["ttft_p95_s"] == 24.0 and replay["types"]["chat"]["ttft_p95_s_range"] == [21.0, 27.0]
+    assert replay["types"]["copilot"]["ttft_p95_s"] == 33.0 and replay["types"]["copilot"]["ttft_p95_s_range"] == [30.0, 36.0]
+    assert replay["ttft_p95_s_range"] == [2.0, 2.0] and replay["seeds"] == 3
+    measured = _figures(0.20, 2.0, {"chat": 18.0, "copilot": 29.5}, {})
+    why = compare(measured, replay, 0.10)["why"]
+    # chat: 24 vs 18 is 33.3 % off and every replay (21 .. 27) is above 18; copilot: 33 vs 29.5 is 11.9 % off,
+    # and 29.5 lies below the lowest replay (30) too
+    assert why == ["p95 TTFT chat: measured 18.00 s, replayed 24.00 s (3 replays: 21.00 s to 27.00 s, every one "
+                   "above the measured figure); the hours that contribute most:",
+                   "p95 TTFT copilot: measured 29.50 s, replayed 33.00 s (3 replays: 30.00 s to 36.00 s, every one "
+                   "above the measured figure); the hours that contribute most:"]
+    measured["types"]["chat"]["ttft_p95_s"] = 21.5  # 11.6 % off, among the replays (21 .. 27)
+    why = compare(measured, replay, 0.10)["why"]
+    assert why[0] == ("p95 TTFT chat: measured 21.50 s, replayed 24.00 s (3 replays: 21.00 s to 27.00 s, the "
+                      "measured figure among them); the hours that contribute most:")
+    # a single replay says nothing of the seed
+    assert compare(measured, runs[1], 0.10)["why"][0] == ("p95 TTFT chat: measured 21.50 s, replayed 24.00 s; the "
+                                                          "hours that contribute most:")

@@ -45,20 +45,24 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def demo_store(days: float):
-    """The demo's backfilled store (built once); returns (store, start, end)."""
+def demo_store(days: float, now: datetime | None = None):
+    """The demo's backfilled store, built once: as of the time it was built, or of ``now`` (another
+    day of the demo: the diurnal hour the incident falls in moves with it). Returns (store, settings,
+    start, end)."""
     from infercost.demo import DemoOptions, backfill_history, demo_fleet_file, utcnow
     from infercost.service import open_store, sync_fleet
     from infercost.settings import Settings
 
-    directory = RESULTS / f"planner-demo-{days:g}d"
+    name = f"planner-demo-{days:g}d" + (f"-{now:%Y%m%dT%H%M}" if now is not None else "")
+    directory = RESULTS / name
     marker = directory / "now.txt"
     settings = Settings(data_dir=directory)
     store = open_store(settings, echo=lambda m: None)
     if not marker.exists():
         directory.mkdir(parents=True, exist_ok=True)
-        now = utcnow()
-        print(f"building the demo store ({days:g} days) in {directory} ...", file=sys.stderr)
+        now = now or utcnow()
+        print(f"building the demo store ({days:g} days to {now:%Y-%m-%d %H:%M} UTC) in {directory} ...",
+              file=sys.stderr)
         sync_fleet(store, demo_fleet_file(directory, now), echo=lambda m: None)
         backfill_history(store, DemoOptions(backfill_days=days), now, echo=lambda m: print(m, file=sys.stderr))
         marker.write_text(now.isoformat())

@@ -25,7 +25,7 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from planner import report
 from planner.candidates import Candidate, current_candidate
@@ -205,7 +205,9 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
             run.results = [replay]
             run.status = "backtest_failed"
             run.message = ("none: the backtest failed, so the replay cannot be trusted to predict "
-                           f"({'; '.join(run.backtest['problems'])})")
+                           f"({'; '.join(run.backtest['problems'])})"
+                           + longer_period_hint(start, end, pq.telemetry_start(store, end - HINT_REACH, end),
+                                                run.backtest["problems"]))
             run.wall_seconds = time.monotonic() - began
             return run
         echo(f"planner: backtest passed (CPST {run.backtest['cpst_error']:.1%}, p95 TTFT "
@@ -242,6 +244,24 @@ def plan(store, start: datetime, end: datetime, config: PlanConfig | None = None
             _under_incidents(run, evaluator, state, current, happened, incidents, workload, stress)
     run.wall_seconds = time.monotonic() - began
     return run
+
+
+SHORT_PERIOD = timedelta(days=2)  # a shorter period's p95 TTFT per type is mostly one day's busiest hours
+HINT_REACH = timedelta(days=7)  # the longest period the hint suggests: `infercost plan`'s default --since
+
+
+def longer_period_hint(start: datetime, end: datetime, first: datetime | None, problems: list[str]) -> str:
+    """What to try after a short period's backtest missed on p95 TTFT alone while the store's telemetry
+    (``first``: where it begins within ``HINT_REACH`` of ``end``) holds more days: a day's p95 TTFT per
+    task type is one draw of its saturated hours, which no replay reproduces every day (docs/planner.md,
+    Limits); a longer period judges several days' tasks together. Empty when that does not apply."""
+    if end - start >= SHORT_PERIOD or not problems or not all(p.startswith("p95 TTFT") for p in problems):
+        return ""
+    if first is None or end - first < SHORT_PERIOD:
+        return ""
+    days = int((end - first) / timedelta(days=1))
+    return (f". One day's p95 TTFT per task type is a single draw of its busiest hours; the store holds {days} "
+            f"days of telemetry, and a plan over them (--since {days}d) judges them together")
 
 
 UNDER_INCIDENTS = 3  # candidates replayed again under the measured incidents: the recommendation, then the frontier

@@ -252,3 +252,23 @@ def test_a_miss_says_whether_the_measured_figure_lies_among_the_replays():
     # a single replay says nothing of the seed
     assert compare(measured, runs[1], 0.10)["why"][0] == ("p95 TTFT chat: measured 21.50 s, replayed 24.00 s; the "
                                                           "hours that contribute most:")
+
+
+def test_a_day_that_misses_only_on_p95_ttft_points_to_the_longer_period_the_store_holds():
+    from planner.run import longer_period_hint
+
+    end = datetime(2026, 12, 6, 18, 52)
+    day = end - timedelta(hours=24)
+    ttft_miss = ["p95 TTFT chat off by 28.1% (> 10%)", "p95 TTFT research_agent off by 14.4% (> 10%)"]
+    assert longer_period_hint(day, end, end - timedelta(days=7), ttft_miss) == (
+        ". One day's p95 TTFT per task type is a single draw of its busiest hours; the store holds 7 days of "
+        "telemetry, and a plan over them (--since 7d) judges them together")
+    # whole days the store holds: 3 days and 5 hours
+    assert "holds 3 days" in longer_period_hint(day, end, end - timedelta(days=3, hours=5), ttft_miss)
+    assert "(--since 3d)" in longer_period_hint(day, end, end - timedelta(days=3, hours=5), ttft_miss)
+    # no hint: the store holds only the day, a CPST miss (not the busiest hours' chance), a long period
+    assert longer_period_hint(day, end, day, ttft_miss) == ""
+    assert longer_period_hint(day, end, None, ttft_miss) == ""
+    assert longer_period_hint(day, end, end - timedelta(days=7), ttft_miss + ["CPST off by 11.0% (> 10%)"]) == ""
+    assert longer_period_hint(end - timedelta(days=7), end, end - timedelta(days=7), ttft_miss) == ""
+    assert longer_period_hint(day, end, end - timedelta(days=7), []) == ""

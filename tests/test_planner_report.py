@@ -215,7 +215,9 @@ def test_a_failed_backtest_recommends_nothing_and_says_where(store):
     assert "=> FAILED: p95 TTFT off by 70.0% (> 10%)" in text and run.diagnosis[0] in text
     results.save(store, run)
     at = planner_page(store)
-    assert at.error and "Backtest failed" in at.error[0].value
+    assert at.error and "Backtest failed" in at.error[0].value and run.message in at.error[0].value
+    # the recommendation section does not repeat the message the backtest's box carries
+    assert [w.value for w in at.warning] == ["None: the backtest above failed, so the replay cannot be trusted to predict."]
     assert any(run.diagnosis[0] in c.value for c in at.caption)
     assert not any(m.label == "Recommended" for m in at.metric)
 

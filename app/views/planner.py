@@ -99,6 +99,8 @@ if run["status"] == "recommended":
     r3.metric("Predicted saving", fmt.pct(run["predicted_saving_ratio"]),
               delta=f"{fmt.usd(run['predicted_saving_usd'])} over the period", delta_color="off", border=True)
     st.info(fmt.md_escape(run["message"]), icon=":material/recommend:")
+elif run["status"] == "backtest_failed":  # the backtest's box above carries the message
+    st.warning("None: the backtest above failed, so the replay cannot be trusted to predict.", icon=":material/info:")
 else:
     st.warning(fmt.md_escape(run["message"] or "No recommendation."), icon=":material/info:")
 

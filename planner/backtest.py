@@ -89,23 +89,21 @@ def median_figures(runs: list[dict]) -> dict:
     if len(runs) == 1:
         return runs[0]
 
-    def med(values):
+    def median_range(key, values):
+        """{key: median, key_range: [lowest, highest]} of the values the replays have."""
         values = [v for v in values if v is not None]
-        return statistics.median_low(values) if values else None
-
-    def span(values):
-        values = [v for v in values if v is not None]
-        return [min(values), max(values)] if values else None
+        if not values:
+            return {key: None, f"{key}_range": None}
+        return {key: statistics.median_low(values), f"{key}_range": [min(values), max(values)]}
 
     middle = sorted(runs, key=lambda r: r.get("ttft_p95_s") or 0.0)[(len(runs) - 1) // 2]
-    types = {}
-    for t in {t for r in runs for t in r["types"]}:
-        values = [r["types"].get(t, {}).get("ttft_p95_s") for r in runs]
-        types[t] = {**middle["types"].get(t, {}), "ttft_p95_s": med(values), "ttft_p95_s_range": span(values)}
-    return {**middle, "cpst_usd": med(r["cpst_usd"] for r in runs), "ttft_p95_s": med(r["ttft_p95_s"] for r in runs),
-            "cpst_usd_range": span(r["cpst_usd"] for r in runs),
-            "ttft_p95_s_range": span(r["ttft_p95_s"] for r in runs),
-            "hit_rate": med(r["hit_rate"] for r in runs), "types": types, "seeds": len(runs)}
+    types = {t: {**middle["types"].get(t, {}),
+                 **median_range("ttft_p95_s", (r["types"].get(t, {}).get("ttft_p95_s") for r in runs))}
+             for t in {t for r in runs for t in r["types"]}}
+    return {**middle, **median_range("cpst_usd", (r["cpst_usd"] for r in runs)),
+            **median_range("ttft_p95_s", (r["ttft_p95_s"] for r in runs)),
+            "hit_rate": median_range("hit_rate", (r["hit_rate"] for r in runs))["hit_rate"], "types": types,
+            "seeds": len(runs)}
 
 
 def _rel(replayed, measured):
